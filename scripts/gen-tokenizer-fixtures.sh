@@ -6,8 +6,8 @@
 # tests/fixtures/tokenizer/<model-file-stem>.jsonl with one line per string:
 #   {"text": ..., "ids": [...], "ids_special": [...]}
 # where
-#   ids         = llama-tokenize --no-bos                   (add_special=false, parse_special=false)
-#   ids_special = llama-tokenize --parse-special            (add_special=<model's add_bos_token>, parse_special=true)
+#   ids         = llama-tokenize --no-bos --no-parse-special  (add_special=false, parse_special=false)
+#   ids_special = llama-tokenize (defaults)                   (add_special=<model's add_bos_token>, parse_special=true)
 # Both runs pass the text through a file (-f) with --no-escape, so the bytes
 # are tokenized exactly as stored; --ids --log-disable print just the id list.
 # tests/fixtures/tokenizer/manifest.json records the flags and the peer build.
@@ -33,8 +33,8 @@ with open(os.path.join(fix, "strings.jsonl"), encoding="utf-8") as f:
     strings = [json.loads(l) for l in f.read().split("\n") if l]
 
 MODES = {
-    "ids": ["--no-bos"],
-    "ids_special": ["--parse-special"],
+    "ids": ["--no-bos", "--no-parse-special"],
+    "ids_special": [],
 }
 
 def run(model, text, extra):

@@ -11,7 +11,11 @@ use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
 
 #[derive(Parser)]
-#[command(name = "kestrel", version, about = "Local LLM inference for GGUF models")]
+#[command(
+    name = "kestrel",
+    version,
+    about = "Local LLM inference for GGUF models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -107,7 +111,9 @@ fn main() -> ExitCode {
 }
 
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn run(a: RunArgs) -> Result<()> {
@@ -206,7 +212,10 @@ fn inspect(a: InspectArgs) -> Result<()> {
         .with_context(|| format!("opening {}", a.model.display()))?;
     print!("{}", kestrel_gguf::inspect_report(&file));
     match kestrel_model::ModelSpec::from_gguf(&file) {
-        Ok(spec) => println!("\nkestrel: supported ({:?} block: {:?})", spec.arch, spec.block),
+        Ok(spec) => println!(
+            "\nkestrel: supported ({:?} block: {:?})",
+            spec.arch, spec.block
+        ),
         Err(e) => println!("\nkestrel: cannot run this model: {e}"),
     }
     Ok(())

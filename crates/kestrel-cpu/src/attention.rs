@@ -23,7 +23,14 @@ pub struct AttnShape {
 
 /// q: n_tok rows of n_head*head_dim_k at positions pos0..; k/v cache rows hold
 /// n_head_kv heads per position. Returns n_tok rows of n_head*head_dim_v.
-pub fn attend(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_tok: usize) -> Vec<f32> {
+pub fn attend(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    n_tok: usize,
+) -> Vec<f32> {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
     let k_w = s.n_head_kv * dk;
@@ -37,7 +44,11 @@ pub fn attend(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_t
     let mut kf = vec![0f32; dk];
     for t in 0..n_tok {
         let p = pos0 + t;
-        let lo = if s.window > 0 { (p + 1).saturating_sub(s.window) } else { 0 };
+        let lo = if s.window > 0 {
+            (p + 1).saturating_sub(s.window)
+        } else {
+            0
+        };
         for h in 0..s.n_head {
             let kvh = h / group;
             let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
@@ -48,7 +59,9 @@ pub fn attend(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_t
                 acc32.iter_mut().for_each(|a| *a = 0.0);
                 for j in lo..=p {
                     let kr = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-                    kr.iter().zip(kf.iter_mut()).for_each(|(&a, b)| *b = f16_to_f32(a));
+                    kr.iter()
+                        .zip(kf.iter_mut())
+                        .for_each(|(&a, b)| *b = f16_to_f32(a));
                     let sc = qh.iter().zip(&kf).map(|(a, b)| a * b).sum::<f32>() * s.scale;
                     let vr = &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
                     let (ms, vs) = online_step(&mut m, sc);
@@ -63,7 +76,9 @@ pub fn attend(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_t
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
                 dst.iter_mut().zip(&acc32).for_each(|(d, a)| *d = a * inv);
             } else {
-                qh.iter().zip(q16.iter_mut()).for_each(|(&a, b)| *b = f32_to_f16(a));
+                qh.iter()
+                    .zip(q16.iter_mut())
+                    .for_each(|(&a, b)| *b = f32_to_f16(a));
                 acc16.iter_mut().for_each(|a| *a = 0);
                 for j in lo..=p {
                     let kr = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
@@ -81,7 +96,9 @@ pub fn attend(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_t
                     sum = sum * ms + vs;
                 }
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                dst.iter_mut().zip(&acc16).for_each(|(d, &a)| *d = f16_to_f32(a) * inv);
+                dst.iter_mut()
+                    .zip(&acc16)
+                    .for_each(|(d, &a)| *d = f16_to_f32(a) * inv);
             }
         }
     }
@@ -105,20 +122,35 @@ mod tests {
     use super::*;
 
     /// Plain softmax attention in f64 over f16-rounded inputs.
-    fn reference(s: &AttnShape, q: &[f32], kc: &[u16], vc: &[u16], pos0: usize, n_tok: usize) -> Vec<f64> {
+    fn reference(
+        s: &AttnShape,
+        q: &[f32],
+        kc: &[u16],
+        vc: &[u16],
+        pos0: usize,
+        n_tok: usize,
+    ) -> Vec<f64> {
         let (dk, dv) = (s.head_dim_k, s.head_dim_v);
         let group = s.n_head / s.n_head_kv;
         let mut out = vec![0f64; n_tok * s.n_head * dv];
         for t in 0..n_tok {
             let p = pos0 + t;
-            let lo = if s.window > 0 { (p + 1).saturating_sub(s.window) } else { 0 };
+            let lo = if s.window > 0 {
+                (p + 1).saturating_sub(s.window)
+            } else {
+                0
+            };
             for h in 0..s.n_head {
                 let kvh = h / group;
                 let qh = &q[t * s.n_head * dk + h * dk..][..dk];
                 let scores: Vec<f64> = (lo..=p)
                     .map(|j| {
                         let kr = &kc[j * s.n_head_kv * dk + kvh * dk..][..dk];
-                        qh.iter().zip(kr).map(|(a, &b)| *a as f64 * f16_to_f32(b) as f64).sum::<f64>() * s.scale as f64
+                        qh.iter()
+                            .zip(kr)
+                            .map(|(a, &b)| *a as f64 * f16_to_f32(b) as f64)
+                            .sum::<f64>()
+                            * s.scale as f64
                     })
                     .collect();
                 let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -145,7 +177,14 @@ mod tests {
             (st as f32 / u32::MAX as f32) * 2.0 - 1.0
         };
         for (n_tok, window) in [(5usize, 0usize), (70, 0), (5, 3), (70, 16)] {
-            let s = AttnShape { n_head: 4, n_head_kv: 2, head_dim_k: 32, head_dim_v: 32, scale: 0.3, window };
+            let s = AttnShape {
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim_k: 32,
+                head_dim_v: 32,
+                scale: 0.3,
+                window,
+            };
             let pos0 = 3;
             let n_pos = pos0 + n_tok;
             let kc: Vec<u16> = (0..n_pos * 2 * 32).map(|_| f32_to_f16(rnd())).collect();
@@ -154,9 +193,16 @@ mod tests {
             let got = attend(&s, &q, &kc, &vc, pos0, n_tok);
             let want = reference(&s, &q, &kc, &vc, pos0, n_tok);
             // The short-batch path accumulates in f16 (about 3 decimal digits).
-            let tol = if n_tok >= TILED_MIN_QUERIES { 1e-4 } else { 4e-3 };
+            let tol = if n_tok >= TILED_MIN_QUERIES {
+                1e-4
+            } else {
+                4e-3
+            };
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!((*g as f64 - w).abs() < tol, "n_tok={n_tok} window={window} i={i}: {g} vs {w}");
+                assert!(
+                    (*g as f64 - w).abs() < tol,
+                    "n_tok={n_tok} window={window} i={i}: {g} vs {w}"
+                );
             }
         }
     }

@@ -131,7 +131,12 @@ impl Binder<'_> {
         Ok(Weight { info, rows, cols })
     }
 
-    fn opt_matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Option<Weight>, LoadError> {
+    fn opt_matrix(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+    ) -> Result<Option<Weight>, LoadError> {
         if self.info(name).is_none() {
             return Ok(None);
         }
@@ -140,7 +145,9 @@ impl Binder<'_> {
 
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, LoadError> {
         let info = self.check(name, &[n])?;
-        if matches!(info.ty, GgmlType::Q8_1 | GgmlType::Q8_K) || !n.is_multiple_of(info.ty.block_size()) {
+        if matches!(info.ty, GgmlType::Q8_1 | GgmlType::Q8_K)
+            || !n.is_multiple_of(info.ty.block_size())
+        {
             return Err(LoadError::Type {
                 name: name.into(),
                 ty: info.ty,
@@ -161,7 +168,11 @@ impl Binder<'_> {
 
 impl CpuModel {
     /// Binds and validates every tensor the architecture needs.
-    pub fn load(file: Arc<GgufFile>, spec: ModelSpec, threads: usize) -> Result<CpuModel, LoadError> {
+    pub fn load(
+        file: Arc<GgufFile>,
+        spec: ModelSpec,
+        threads: usize,
+    ) -> Result<CpuModel, LoadError> {
         let b = Binder { f: &file };
         let hp = &spec.hparams;
         let blk = &spec.block;
@@ -180,7 +191,12 @@ impl CpuModel {
         for il in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             let (wq, wk, wv, wqkv) = if blk.fused_qkv {
-                (None, None, None, Some(b.matrix(&n("attn_qkv.weight"), e, q_dim + k_dim + v_dim)?))
+                (
+                    None,
+                    None,
+                    None,
+                    Some(b.matrix(&n("attn_qkv.weight"), e, q_dim + k_dim + v_dim)?),
+                )
             } else {
                 (
                     Some(b.matrix(&n("attn_q.weight"), e, q_dim)?),
@@ -271,8 +287,12 @@ impl CpuModel {
         let k_width = hp.n_head_kv * hp.head_dim_k;
         let v_width = hp.n_head_kv * hp.head_dim_v;
         KvCache {
-            k: (0..hp.n_layer).map(|_| vec![0u16; n_ctx * k_width]).collect(),
-            v: (0..hp.n_layer).map(|_| vec![0u16; n_ctx * v_width]).collect(),
+            k: (0..hp.n_layer)
+                .map(|_| vec![0u16; n_ctx * k_width])
+                .collect(),
+            v: (0..hp.n_layer)
+                .map(|_| vec![0u16; n_ctx * v_width])
+                .collect(),
             n_ctx,
             k_width,
             v_width,
@@ -297,7 +317,13 @@ impl CpuModel {
     /// Runs `tokens` at positions `pos0..`, appending their keys and values to
     /// the cache, and returns logits (of the last token, or of every token).
     /// The caller keeps `pos0 + tokens.len() <= cache.n_ctx()` and ids in range.
-    pub fn forward(&self, tokens: &[u32], pos0: usize, cache: &mut KvCache, which: Logits) -> Vec<f32> {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        pos0: usize,
+        cache: &mut KvCache,
+        which: Logits,
+    ) -> Vec<f32> {
         let hp = &self.spec.hparams;
         let blk = &self.spec.block;
         let n_tok = tokens.len();
@@ -311,7 +337,11 @@ impl CpuModel {
         for (t, &id) in tokens.iter().enumerate() {
             let id = id as usize;
             assert!(id < emb.rows, "token id out of range");
-            dequantize_row(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * e..(t + 1) * e]);
+            dequantize_row(
+                emb.ty,
+                &emb.data[id * rb..(id + 1) * rb],
+                &mut x[t * e..(t + 1) * e],
+            );
         }
         if blk.scale_embeddings {
             let s = (e as f32).sqrt();
@@ -328,7 +358,12 @@ impl CpuModel {
 
         for (il, layer) in self.layers.iter().enumerate() {
             for t in 0..n_tok {
-                ops::rms_norm(&x[t * e..(t + 1) * e], &layer.attn_norm, hp.rms_eps, &mut h[t * e..(t + 1) * e]);
+                ops::rms_norm(
+                    &x[t * e..(t + 1) * e],
+                    &layer.attn_norm,
+                    hp.rms_eps,
+                    &mut h[t * e..(t + 1) * e],
+                );
             }
             let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
                 let qkv = self.mm(wqkv, &h, n_tok);
@@ -350,7 +385,11 @@ impl CpuModel {
                 )
             };
             let mut v = v;
-            for (buf, bias) in [(&mut q, &layer.bq), (&mut k, &layer.bk), (&mut v, &layer.bv)] {
+            for (buf, bias) in [
+                (&mut q, &layer.bq),
+                (&mut k, &layer.bk),
+                (&mut v, &layer.bv),
+            ] {
                 if let Some(bias) = bias {
                     for row in buf.chunks_exact_mut(bias.len()) {
                         row.iter_mut().zip(bias).for_each(|(a, b)| *a += b);
@@ -358,8 +397,10 @@ impl CpuModel {
                 }
             }
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q.chunks_exact_mut(hd_k).for_each(|hd| ops::rms_norm_inplace(hd, qn, hp.rms_eps));
-                k.chunks_exact_mut(hd_k).for_each(|hd| ops::rms_norm_inplace(hd, kn, hp.rms_eps));
+                q.chunks_exact_mut(hd_k)
+                    .for_each(|hd| ops::rms_norm_inplace(hd, qn, hp.rms_eps));
+                k.chunks_exact_mut(hd_k)
+                    .for_each(|hd| ops::rms_norm_inplace(hd, kn, hp.rms_eps));
             }
             let swa = hp.swa_layers[il];
             let base = if swa { hp.rope_base_swa } else { hp.rope_base };
@@ -413,12 +454,18 @@ impl CpuModel {
             );
             let mut o = self.mm(&layer.wo, &attn, n_tok);
             if let Some(pn) = &layer.post_attn_norm {
-                o.chunks_exact_mut(e).for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
+                o.chunks_exact_mut(e)
+                    .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             for t in 0..n_tok {
-                ops::rms_norm(&x[t * e..(t + 1) * e], &layer.ffn_norm, hp.rms_eps, &mut h[t * e..(t + 1) * e]);
+                ops::rms_norm(
+                    &x[t * e..(t + 1) * e],
+                    &layer.ffn_norm,
+                    hp.rms_eps,
+                    &mut h[t * e..(t + 1) * e],
+                );
             }
             let n_ff = hp.n_ff;
             let (gate, up) = match &layer.ffn_gate {
@@ -438,13 +485,18 @@ impl CpuModel {
             for t in 0..n_tok {
                 let r = t * n_ff..(t + 1) * n_ff;
                 match blk.activation {
-                    Activation::SiluGlu => ops::swiglu(&gate[r.clone()], &up[r.clone()], &mut act[r]),
-                    Activation::GeluGlu => ops::geglu(&gate[r.clone()], &up[r.clone()], &mut act[r]),
+                    Activation::SiluGlu => {
+                        ops::swiglu(&gate[r.clone()], &up[r.clone()], &mut act[r])
+                    }
+                    Activation::GeluGlu => {
+                        ops::geglu(&gate[r.clone()], &up[r.clone()], &mut act[r])
+                    }
                 }
             }
             let mut d = self.mm(&layer.ffn_down, &act, n_tok);
             if let Some(pn) = &layer.post_ffn_norm {
-                d.chunks_exact_mut(e).for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
+                d.chunks_exact_mut(e)
+                    .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
             }
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
@@ -455,7 +507,12 @@ impl CpuModel {
         };
         let mut normed = vec![0f32; rows.len() * e];
         for (i, &t) in rows.iter().enumerate() {
-            ops::rms_norm(&x[t * e..(t + 1) * e], &self.output_norm, hp.rms_eps, &mut normed[i * e..(i + 1) * e]);
+            ops::rms_norm(
+                &x[t * e..(t + 1) * e],
+                &self.output_norm,
+                hp.rms_eps,
+                &mut normed[i * e..(i + 1) * e],
+            );
         }
         let mut logits = self.mm(&self.output, &normed, rows.len());
         if hp.final_logit_softcap > 0.0 {

@@ -67,13 +67,21 @@ pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], threads: 
         let r1 = ((i + 1) * band).min(w.rows);
         let width = r1 - r0;
         for t in 0..n_tok {
-            out[t * w.rows + r0..t * w.rows + r1].copy_from_slice(&part[t * width..(t + 1) * width]);
+            out[t * w.rows + r0..t * w.rows + r1]
+                .copy_from_slice(&part[t * width..(t + 1) * width]);
         }
     }
 }
 
 /// Rows r0..r1 of `w` against every activation row; writes out[t * stride + (r - r0)].
-fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], r0: usize, r1: usize, out: &mut [f32], stride: usize) {
+fn rows_into(
+    w: MatRef<'_>,
+    acts: &[Vec<u8>],
+    r0: usize,
+    r1: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     let rb = w.row_bytes();
     for r in r0..r1 {
         let row = &w.data[r * rb..(r + 1) * rb];
@@ -100,16 +108,39 @@ mod tests {
         };
         let wf: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
         let x: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
-        for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::F16,
+        ] {
             let rb = ty.row_bytes(cols as u64).unwrap() as usize;
             let mut data = vec![0u8; rb * rows];
             for r in 0..rows {
-                quantize_row(ty, &wf[r * cols..(r + 1) * cols], &mut data[r * rb..(r + 1) * rb]);
+                quantize_row(
+                    ty,
+                    &wf[r * cols..(r + 1) * cols],
+                    &mut data[r * rb..(r + 1) * rb],
+                );
             }
-            let w = MatRef { ty, rows, cols, data: &data };
+            let w = MatRef {
+                ty,
+                rows,
+                cols,
+                data: &data,
+            };
             let mut a = vec![0f32; n_tok * rows];
             let mut b = vec![0f32; n_tok * rows];
-            rows_into(w, &x.chunks_exact(cols).map(|r| quantize_activations(ty, r)).collect::<Vec<_>>(), 0, rows, &mut a, rows);
+            rows_into(
+                w,
+                &x.chunks_exact(cols)
+                    .map(|r| quantize_activations(ty, r))
+                    .collect::<Vec<_>>(),
+                0,
+                rows,
+                &mut a,
+                rows,
+            );
             matmul(w, &x, n_tok, &mut b, 3);
             assert_eq!(a, b, "{ty}");
             let mut deq = vec![0f32; cols];
@@ -118,7 +149,10 @@ mod tests {
                 for t in 0..n_tok {
                     let want: f32 = deq.iter().zip(&x[t * cols..]).map(|(p, q)| p * q).sum();
                     let got = b[t * rows + r];
-                    assert!((got - want).abs() < 0.05 + 0.02 * want.abs(), "{ty} r{r} t{t}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() < 0.05 + 0.02 * want.abs(),
+                        "{ty} r{r} t{t}: {got} vs {want}"
+                    );
                 }
             }
         }

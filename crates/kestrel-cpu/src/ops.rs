@@ -49,7 +49,11 @@ pub fn rope_apply(head: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
     let half = n_rot / 2;
     for i in 0..half {
         let (c, s) = (cache[2 * i], cache[2 * i + 1]);
-        let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+        let (a, b) = if neox {
+            (i, i + half)
+        } else {
+            (2 * i, 2 * i + 1)
+        };
         let x0 = head[a];
         let x1 = head[b];
         head[a] = x0 * c - x1 * s;
@@ -64,7 +68,7 @@ fn ggml_v_expf(x: f32) -> f32 {
     let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), r); // log2(e)
     let n = z - r;
     let b = (-n).mul_add(
-        f32::from_bits(0x35BF_BE8E), // 0x1.7f7d1cp-20
+        f32::from_bits(0x35BF_BE8E),                  // 0x1.7f7d1cp-20
         (-n).mul_add(f32::from_bits(0x3F31_7200), x), // 0x1.62e4p-1
     );
     let e = z.to_bits().wrapping_shl(23);
@@ -73,7 +77,10 @@ fn ggml_v_expf(x: f32) -> f32 {
     let u = b * b;
     let j = f32::from_bits(0x3C07_2010)
         .mul_add(b, f32::from_bits(0x3D2B_9F17))
-        .mul_add(u, f32::from_bits(0x3E2A_AF33).mul_add(b, f32::from_bits(0x3EFF_FEDB)))
+        .mul_add(
+            u,
+            f32::from_bits(0x3E2A_AF33).mul_add(b, f32::from_bits(0x3EFF_FEDB)),
+        )
         .mul_add(u, f32::from_bits(0x3F7F_FFF6) * b);
     if !c {
         return j.mul_add(k, k);
@@ -231,7 +238,10 @@ mod tests {
                 .map(|(&x, &y)| f16_to_f32(x) as f64 * f16_to_f32(y) as f64)
                 .sum();
             let got = dot_f16(&a, &b) as f64;
-            assert!((got - want).abs() < 1e-5 * n as f64, "n={n}: {got} vs {want}");
+            assert!(
+                (got - want).abs() < 1e-5 * n as f64,
+                "n={n}: {got} vs {want}"
+            );
         }
     }
 

@@ -79,9 +79,16 @@ pub enum GgufError {
     DuplicateTensor { name: String, index: u64 },
 
     #[error("tensor '{tensor}' has {n_dims} dimensions; between 1 and {max} are supported")]
-    BadDimCount { tensor: String, n_dims: u32, max: u32 },
+    BadDimCount {
+        tensor: String,
+        n_dims: u32,
+        max: u32,
+    },
 
-    #[error("tensor '{tensor}' dimension {index} is {value}; each dimension must be between 1 and {}", i64::MAX)]
+    #[error(
+        "tensor '{tensor}' dimension {index} is {value}; each dimension must be between 1 and {}",
+        i64::MAX
+    )]
     BadDim {
         tensor: String,
         index: usize,
@@ -109,7 +116,9 @@ pub enum GgufError {
         dims: Vec<u64>,
     },
 
-    #[error("tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}"
+    )]
     MisalignedTensor {
         tensor: String,
         offset: u64,

@@ -45,7 +45,12 @@ fn write_report(out: &mut String, f: &GgufFile) -> std::fmt::Result {
     let arch = f.architecture();
     writeln!(out, "GGUF version {}", f.version())?;
     writeln!(out, "architecture: {}", arch.unwrap_or("(missing)"))?;
-    writeln!(out, "name: {}", f.get_str("general.name").map_or("(missing)".into(), shorten))?;
+    writeln!(
+        out,
+        "name: {}",
+        f.get_str("general.name")
+            .map_or("(missing)".into(), shorten)
+    )?;
     writeln!(out, "file size: {}", size(f.file_size()))?;
     writeln!(out, "alignment: {}", f.alignment())?;
 
@@ -82,7 +87,9 @@ fn write_report(out: &mut String, f: &GgufFile) -> std::fmt::Result {
         .filter(|(k, _)| !reported.contains(&k.as_str()))
         .collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
-    let (general, other): (Vec<_>, Vec<_>) = rest.into_iter().partition(|(k, _)| k.starts_with("general."));
+    let (general, other): (Vec<_>, Vec<_>) = rest
+        .into_iter()
+        .partition(|(k, _)| k.starts_with("general."));
     writeln!(out, "\ngeneral:")?;
     if general.is_empty() {
         writeln!(out, "  (none)")?;
@@ -108,9 +115,19 @@ fn write_report(out: &mut String, f: &GgufFile) -> std::fmt::Result {
     }
     writeln!(out, "\ntensors by type:")?;
     for (ty, count, bytes) in by_type.values() {
-        writeln!(out, "  {:<5} {count:>5} tensors  {}", ty.name(), size(*bytes))?;
+        writeln!(
+            out,
+            "  {:<5} {count:>5} tensors  {}",
+            ty.name(),
+            size(*bytes)
+        )?;
     }
-    writeln!(out, "  total {:>5} tensors  {}", f.tensors().len(), size(total_bytes))?;
+    writeln!(
+        out,
+        "  total {:>5} tensors  {}",
+        f.tensors().len(),
+        size(total_bytes)
+    )?;
     Ok(())
 }
 
@@ -139,9 +156,17 @@ fn write_tokenizer(out: &mut String, f: &GgufFile) -> std::fmt::Result {
             None => writeln!(out, "  {label} id: {} (no such token)", show(v))?,
         }
     }
-    for key in ["tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"] {
+    for key in [
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.ggml.add_eos_token",
+    ] {
         if let Some(v) = f.get(key) {
-            writeln!(out, "  {}: {}", key.trim_start_matches("tokenizer.ggml."), show(v))?;
+            writeln!(
+                out,
+                "  {}: {}",
+                key.trim_start_matches("tokenizer.ggml."),
+                show(v)
+            )?;
         }
     }
     match f.get("tokenizer.chat_template") {

@@ -369,7 +369,9 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
 
     // A short file that starts like "GGUF" is truncated; anything else is not GGUF.
     if buf.len() < 4 && !b"GGUF".starts_with(buf) {
-        return Err(GgufError::BadMagic { found: buf.to_vec() });
+        return Err(GgufError::BadMagic {
+            found: buf.to_vec(),
+        });
     }
     let magic = c.take(4, || "magic".into())?;
     if magic != b"GGUF" {
@@ -430,7 +432,9 @@ fn parse(buf: &[u8]) -> Result<Parsed> {
         let offset = data_offset.checked_add(rel);
         let end = offset.and_then(|o| o.checked_add(t.n_bytes));
         match (offset, end) {
-            (Some(offset), Some(end)) if end <= file_size => tensors.push(TensorInfo { offset, ..t }),
+            (Some(offset), Some(end)) if end <= file_size => {
+                tensors.push(TensorInfo { offset, ..t })
+            }
             _ => {
                 return Err(GgufError::TensorOutOfBounds {
                     tensor: t.name,
@@ -568,7 +572,9 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: u32) -> Result<Array> {
         type_id::BOOL => {
             let mut v = Vec::with_capacity(n_usize);
             for i in 0..n {
-                v.push(read_bool(c, key, || format!("element {i} of array '{key}'"))?);
+                v.push(read_bool(c, key, || {
+                    format!("element {i} of array '{key}'")
+                })?);
             }
             Array::Bool(v)
         }
@@ -648,10 +654,14 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<(TensorIn
         let n_rows: u64 = dims[1..].iter().product(); // divides n_elements: no overflow
         let n_bytes = row_bytes.checked_mul(n_rows);
         // Element and byte counts must also be addressable on this platform.
-        let addressable =
-            n_elements.is_some_and(|n| usize::try_from(n).is_ok()) && n_bytes.is_some_and(|n| usize::try_from(n).is_ok());
+        let addressable = n_elements.is_some_and(|n| usize::try_from(n).is_ok())
+            && n_bytes.is_some_and(|n| usize::try_from(n).is_ok());
         let Some(n_bytes) = n_bytes.filter(|_| addressable) else {
-            return Err(GgufError::TensorTooLarge { tensor: name, ty, dims });
+            return Err(GgufError::TensorTooLarge {
+                tensor: name,
+                ty,
+                dims,
+            });
         };
         out.push((
             TensorInfo {

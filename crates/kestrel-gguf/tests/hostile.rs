@@ -13,10 +13,16 @@ fn small_valid_file() -> Vec<u8> {
     w.add("general.architecture", Value::String("llama".into()));
     w.add("llama.block_count", Value::U32(1));
     w.add("b", Value::Bool(true));
-    w.add("toks", Value::Array(Array::String(vec!["ab".into(), "c".into()])));
+    w.add(
+        "toks",
+        Value::Array(Array::String(vec!["ab".into(), "c".into()])),
+    );
     w.add(
         "nest",
-        Value::Array(Array::Array(vec![Array::I16(vec![1, 2]), Array::Bool(vec![false])])),
+        Value::Array(Array::Array(vec![
+            Array::I16(vec![1, 2]),
+            Array::Bool(vec![false]),
+        ])),
     );
     w.add_tensor("a", &[32], GgmlType::Q8_0, vec![7; 34]);
     w.add_tensor("b", &[8], GgmlType::F32, vec![9; 32]);
@@ -76,7 +82,10 @@ fn big_endian_file_gets_its_own_error() {
     let mut bytes = Raw::header(3, 0, 0).build();
     bytes[4..8].copy_from_slice(&3u32.to_be_bytes());
     let e = GgufFile::from_bytes(bytes).unwrap_err();
-    assert!(matches!(e, GgufError::BigEndian { swapped: 3, .. }), "{e:?}");
+    assert!(
+        matches!(e, GgufError::BigEndian { swapped: 3, .. }),
+        "{e:?}"
+    );
     assert_mentions(&e.to_string(), &["big-endian", "version 3"]);
 }
 
@@ -94,22 +103,62 @@ fn absurd_counts_are_rejected_before_allocating() {
 #[test]
 fn absurd_string_lengths_are_rejected() {
     let msg = err_of(Raw::header(3, 0, 1).u64(u64::MAX).zeros(16).build());
-    assert_mentions(&msg, &["truncated", "key of metadata entry #0", &u64::MAX.to_string()]);
-    let msg = err_of(Raw::header(3, 0, 1).str("k").u32(8).u64(1 << 40).bytes(b"abc").build());
-    assert_mentions(&msg, &["truncated", "metadata key 'k'", &(1u64 << 40).to_string()]);
+    assert_mentions(
+        &msg,
+        &[
+            "truncated",
+            "key of metadata entry #0",
+            &u64::MAX.to_string(),
+        ],
+    );
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .str("k")
+            .u32(8)
+            .u64(1 << 40)
+            .bytes(b"abc")
+            .build(),
+    );
+    assert_mentions(
+        &msg,
+        &["truncated", "metadata key 'k'", &(1u64 << 40).to_string()],
+    );
     let msg = err_of(Raw::header(3, 1, 0).u64(u64::MAX - 3).zeros(40).build());
     assert_mentions(&msg, &["name of tensor #0"]);
 }
 
 #[test]
 fn absurd_array_lengths_are_rejected() {
-    for (elem_ty, name) in [(4u32, "u32"), (8, "string"), (9, "array"), (0, "u8"), (7, "bool")] {
-        let bytes = Raw::header(3, 0, 1).str("arr").u32(9).u32(elem_ty).u64(u64::MAX / 2).zeros(64).build();
+    for (elem_ty, name) in [
+        (4u32, "u32"),
+        (8, "string"),
+        (9, "array"),
+        (0, "u8"),
+        (7, "bool"),
+    ] {
+        let bytes = Raw::header(3, 0, 1)
+            .str("arr")
+            .u32(9)
+            .u32(elem_ty)
+            .u64(u64::MAX / 2)
+            .zeros(64)
+            .build();
         let msg = err_of(bytes);
-        assert_mentions(&msg, &[&format!("length of {name} array 'arr'"), "impossible"]);
+        assert_mentions(
+            &msg,
+            &[&format!("length of {name} array 'arr'"), "impossible"],
+        );
     }
     // 10 strings need at least 80 bytes; only 79 follow.
-    let msg = err_of(Raw::header(3, 0, 1).str("s").u32(9).u32(8).u64(10).zeros(79).build());
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .str("s")
+            .u32(9)
+            .u32(8)
+            .u64(10)
+            .zeros(79)
+            .build(),
+    );
     assert_mentions(&msg, &["is 10", "80 bytes", "79 bytes remain"]);
 }
 
@@ -127,7 +176,15 @@ fn deeply_nested_arrays_are_rejected_without_recursing_forever() {
 fn unknown_value_types_are_rejected() {
     let msg = err_of(Raw::header(3, 0, 1).str("weird").u32(13).zeros(8).build());
     assert_mentions(&msg, &["'weird'", "unknown value type id 13"]);
-    let msg = err_of(Raw::header(3, 0, 1).str("arr").u32(9).u32(77).u64(1).zeros(8).build());
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .str("arr")
+            .u32(9)
+            .u32(77)
+            .u64(1)
+            .zeros(8)
+            .build(),
+    );
     assert_mentions(&msg, &["'arr'", "unknown value type id 77"]);
 }
 
@@ -137,17 +194,45 @@ fn bad_bools_keys_and_utf8_are_rejected() {
     assert_mentions(&msg, &["'flag'", "bool byte of 2"]);
     let msg = err_of(Raw::header(3, 0, 1).str("").u32(4).u32(1).build());
     assert_mentions(&msg, &["key #0", "empty"]);
-    let msg = err_of(Raw::header(3, 0, 1).u64(3).bytes(b"a\xffb").u32(4).u32(1).build());
-    assert_mentions(&msg, &["invalid UTF-8", "key of metadata entry #0", "offset 33"]);
-    let msg = err_of(Raw::header(3, 0, 1).str("name").u32(8).u64(2).bytes(b"\xc3(").build());
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .u64(3)
+            .bytes(b"a\xffb")
+            .u32(4)
+            .u32(1)
+            .build(),
+    );
+    assert_mentions(
+        &msg,
+        &["invalid UTF-8", "key of metadata entry #0", "offset 33"],
+    );
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .str("name")
+            .u32(8)
+            .u64(2)
+            .bytes(b"\xc3(")
+            .build(),
+    );
     assert_mentions(&msg, &["invalid UTF-8", "'name'"]);
-    let msg = err_of(Raw::header(3, 1, 0).u64(2).bytes(b"\xe2\x82").zeros(40).build());
+    let msg = err_of(
+        Raw::header(3, 1, 0)
+            .u64(2)
+            .bytes(b"\xe2\x82")
+            .zeros(40)
+            .build(),
+    );
     assert_mentions(&msg, &["invalid UTF-8", "name of tensor #0"]);
 }
 
 #[test]
 fn duplicate_keys_and_tensor_names_are_rejected() {
-    let msg = err_of(Raw::header(3, 0, 2).kv_u32("dup.key", 1).kv_u32("dup.key", 2).build());
+    let msg = err_of(
+        Raw::header(3, 0, 2)
+            .kv_u32("dup.key", 1)
+            .kv_u32("dup.key", 2)
+            .build(),
+    );
     assert_mentions(&msg, &["duplicate metadata key 'dup.key'", "#1"]);
     let bytes = Raw::header(3, 2, 0)
         .tensor("w", &[8], 0, 0)
@@ -161,16 +246,33 @@ fn duplicate_keys_and_tensor_names_are_rejected() {
 #[test]
 fn alignment_must_be_a_u32_power_of_two() {
     for bad in [0u32, 48, 3] {
-        let msg = err_of(Raw::header(3, 0, 1).kv_u32("general.alignment", bad).build());
-        assert_mentions(&msg, &["general.alignment", &bad.to_string(), "power of two"]);
+        let msg = err_of(
+            Raw::header(3, 0, 1)
+                .kv_u32("general.alignment", bad)
+                .build(),
+        );
+        assert_mentions(
+            &msg,
+            &["general.alignment", &bad.to_string(), "power of two"],
+        );
     }
-    let msg = err_of(Raw::header(3, 0, 1).str("general.alignment").u32(10).u64(32).build());
+    let msg = err_of(
+        Raw::header(3, 0, 1)
+            .str("general.alignment")
+            .u32(10)
+            .u64(32)
+            .build(),
+    );
     assert_mentions(&msg, &["general.alignment must be a u32", "u64"]);
 }
 
 /// One tensor, its data at relative offset 0 unless given, `data` bytes of data.
 fn one_tensor(dims: &[u64], type_id: u32, offset: u64, data: usize) -> Vec<u8> {
-    Raw::header(3, 1, 0).tensor("blk.0.w", dims, type_id, offset).pad(32).zeros(data).build()
+    Raw::header(3, 1, 0)
+        .tensor("blk.0.w", dims, type_id, offset)
+        .pad(32)
+        .zeros(data)
+        .build()
 }
 
 #[test]
@@ -184,7 +286,13 @@ fn bad_dimension_counts_and_sizes_are_rejected() {
     let msg = err_of(one_tensor(&[u64::MAX], 0, 0, 32));
     assert_mentions(&msg, &["'blk.0.w'", "dimension 0 is 18446744073709551615"]);
     // n_dims itself absurd: rejected before reading dims.
-    let msg = err_of(Raw::header(3, 1, 0).str("t").u32(u32::MAX).zeros(64).build());
+    let msg = err_of(
+        Raw::header(3, 1, 0)
+            .str("t")
+            .u32(u32::MAX)
+            .zeros(64)
+            .build(),
+    );
     assert_mentions(&msg, &["'t'", "4294967295 dimensions"]);
 }
 
@@ -221,7 +329,15 @@ fn tensor_data_must_be_aligned_and_inside_the_file() {
     let bytes = one_tensor(&[8], 0, 32, 32);
     let file_size = bytes.len();
     let msg = err_of(bytes);
-    assert_mentions(&msg, &["'blk.0.w'", "32 bytes", &format!("{file_size}-byte file"), "past the end"]);
+    assert_mentions(
+        &msg,
+        &[
+            "'blk.0.w'",
+            "32 bytes",
+            &format!("{file_size}-byte file"),
+            "past the end",
+        ],
+    );
 
     // An offset near u64::MAX must not wrap around.
     let msg = err_of(one_tensor(&[8], 0, u64::MAX - 31, 32));

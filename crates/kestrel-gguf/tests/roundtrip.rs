@@ -29,10 +29,16 @@ fn every_value() -> Vec<(&'static str, Value)> {
         ("a.i32", Value::Array(Array::I32(vec![-1, i32::MAX]))),
         ("a.u64", Value::Array(Array::U64(vec![u64::MAX, 0]))),
         ("a.i64", Value::Array(Array::I64(vec![i64::MIN, i64::MAX]))),
-        ("a.f32", Value::Array(Array::F32(vec![0.5, -1e30, f32::INFINITY]))),
+        (
+            "a.f32",
+            Value::Array(Array::F32(vec![0.5, -1e30, f32::INFINITY])),
+        ),
         ("a.f64", Value::Array(Array::F64(vec![1e-300, 3.0]))),
         ("a.bool", Value::Array(Array::Bool(vec![true, false, true]))),
-        ("a.str", Value::Array(Array::String(vec!["a".into(), String::new(), "ü".into()]))),
+        (
+            "a.str",
+            Value::Array(Array::String(vec!["a".into(), String::new(), "ü".into()])),
+        ),
         ("a.empty", Value::Array(Array::U32(vec![]))),
         (
             "a.nested",
@@ -56,7 +62,10 @@ fn every_value_type_round_trips_in_order() {
     let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
     assert_eq!(f.version(), 3);
     let got: Vec<(String, Value)> = f.metadata().to_vec();
-    let want: Vec<(String, Value)> = every_value().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let want: Vec<(String, Value)> = every_value()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     assert_eq!(got, want);
     assert!(f.tensors().is_empty());
 }
@@ -75,7 +84,9 @@ fn adding_a_key_twice_replaces_the_value() {
 
 /// Deterministic non-trivial bytes so misplaced data is detected.
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -86,7 +97,10 @@ fn every_tensor_type_round_trips() {
     for (i, ty) in GgmlType::ALL.into_iter().enumerate() {
         // 2 blocks per row, 3 rows, plus a 1-D and a 4-D tensor of each type.
         let row = 2 * ty.block_size() as u64;
-        for (j, dims) in [vec![row, 3], vec![row], vec![row, 1, 2, 2]].into_iter().enumerate() {
+        for (j, dims) in [vec![row, 3], vec![row], vec![row, 1, 2, 2]]
+            .into_iter()
+            .enumerate()
+        {
             let n_bytes = ty.row_bytes(row).unwrap() * dims[1..].iter().product::<u64>();
             let name = format!("{}.{j}", ty.name());
             let data = pattern(n_bytes as usize, (i * 3 + j) as u8);
@@ -143,7 +157,10 @@ fn typed_getters_convert_only_when_lossless() {
     w.add("u33", Value::U64(1 << 33));
     w.add("f64", Value::F64(0.25));
     w.add("b", Value::Bool(true));
-    w.add("toks", Value::Array(Array::String(vec!["a".into(), "b".into()])));
+    w.add(
+        "toks",
+        Value::Array(Array::String(vec!["a".into(), "b".into()])),
+    );
     w.add("fs", Value::Array(Array::F32(vec![1.0, 2.0])));
     w.add("is", Value::Array(Array::I32(vec![-1, 3])));
     let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
@@ -165,12 +182,18 @@ fn typed_getters_convert_only_when_lossless() {
     assert_eq!(f.get_bool("b"), Some(true));
     assert_eq!(f.get_bool("u8"), None);
     assert_eq!(f.get_str("u8"), None);
-    assert_eq!(f.get_str_array("toks"), Some(&["a".to_string(), "b".to_string()][..]));
+    assert_eq!(
+        f.get_str_array("toks"),
+        Some(&["a".to_string(), "b".to_string()][..])
+    );
     assert_eq!(f.get_str_array("fs"), None);
     assert_eq!(f.get_f32_array("fs"), Some(&[1.0, 2.0][..]));
     assert_eq!(f.get_i32_array("is"), Some(&[-1, 3][..]));
     assert_eq!(f.get_i32_array("fs"), None);
-    assert_eq!(f.get_array("toks").map(|a| (a.len(), a.type_name())), Some((2, "string")));
+    assert_eq!(
+        f.get_array("toks").map(|a| (a.len(), a.type_name())),
+        Some((2, "string"))
+    );
     assert!(f.get("nope").is_none());
     assert_eq!(f.get_u32("nope"), None);
 }
@@ -190,7 +213,10 @@ fn hand_written_v2_file_is_read() {
     assert_eq!(f.architecture(), Some("llama"));
     assert_eq!(f.get_u32("llama.block_count"), Some(2));
     let t = f.tensor("w").unwrap();
-    assert_eq!((t.ty, t.n_bytes, t.n_rows(), t.row_len()), (GgmlType::F32, 32, 2, 4));
+    assert_eq!(
+        (t.ty, t.n_bytes, t.n_rows(), t.row_len()),
+        (GgmlType::F32, 32, 2, 4)
+    );
     assert_eq!(f.tensor_data(t), &pattern(32, 9)[..]);
 }
 
@@ -198,7 +224,12 @@ fn hand_written_v2_file_is_read() {
 fn write_then_open_via_mmap() {
     let mut w = GgufWriter::new();
     w.add("general.architecture", Value::String("qwen2".into()));
-    w.add_tensor("token_embd.weight", &[32, 2], GgmlType::Q8_0, pattern(68, 1));
+    w.add_tensor(
+        "token_embd.weight",
+        &[32, 2],
+        GgmlType::Q8_0,
+        pattern(68, 1),
+    );
     let path = std::env::temp_dir().join(format!("kestrel-gguf-test-{}.gguf", std::process::id()));
     w.write(&path).unwrap();
     let opened = GgufFile::open(&path);
@@ -212,7 +243,9 @@ fn write_then_open_via_mmap() {
 
 #[test]
 fn open_missing_file_names_the_path() {
-    let err = GgufFile::open("/nonexistent/dir/model.gguf").unwrap_err().to_string();
+    let err = GgufFile::open("/nonexistent/dir/model.gguf")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/dir/model.gguf"), "{err}");
 }
 
@@ -234,13 +267,22 @@ fn inspect_report_summarizes_without_dumping() {
     w.add("tokenizer.ggml.model", Value::String("gpt2".into()));
     w.add("tokenizer.ggml.pre", Value::String("smollm".into()));
     let toks = ["<unk>", "<s>", "</s>", "secret_token_text"];
-    w.add("tokenizer.ggml.tokens", Value::Array(Array::String(toks.map(String::from).to_vec())));
-    w.add("tokenizer.ggml.merges", Value::Array(Array::String(vec!["a b".into()])));
+    w.add(
+        "tokenizer.ggml.tokens",
+        Value::Array(Array::String(toks.map(String::from).to_vec())),
+    );
+    w.add(
+        "tokenizer.ggml.merges",
+        Value::Array(Array::String(vec!["a b".into()])),
+    );
     w.add("tokenizer.ggml.bos_token_id", Value::U32(1));
     w.add("tokenizer.ggml.eos_token_id", Value::U32(2));
     w.add("tokenizer.ggml.add_bos_token", Value::Bool(true));
     w.add("tokenizer.chat_template", Value::String("{{ x }}".into()));
-    w.add("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.5; 4])));
+    w.add(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::F32(vec![0.5; 4])),
+    );
     w.add_tensor("token_embd.weight", &[32, 4], GgmlType::Q4_0, vec![0; 72]);
     w.add_tensor("output_norm.weight", &[32], GgmlType::F32, vec![0; 128]);
     w.add_tensor("blk.0.ffn.weight", &[32, 2], GgmlType::Q4_0, vec![0; 36]);
@@ -273,4 +315,26 @@ fn inspect_report_summarizes_without_dumping() {
     // Arrays are summarized, never dumped.
     assert!(!r.contains("secret_token_text"), "{r}");
     assert!(!r.contains("a b"), "{r}");
+}
+
+#[test]
+fn opening_an_empty_or_short_file_is_a_clean_error() {
+    let dir = std::env::temp_dir();
+    for (i, content) in [&b""[..], b"GGUF\x03\x00"].into_iter().enumerate() {
+        let path = dir.join(format!(
+            "kestrel-gguf-short-{}-{i}.gguf",
+            std::process::id()
+        ));
+        std::fs::write(&path, content).unwrap();
+        let res = GgufFile::open(&path);
+        std::fs::remove_file(&path).unwrap();
+        let msg = res.unwrap_err().to_string();
+        assert!(msg.contains("truncated"), "{msg}");
+    }
+}
+
+#[test]
+fn gguf_file_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<GgufFile>();
 }

@@ -37,6 +37,7 @@ print("//! Each entry starts a run of code points sharing one general-category c
 print("//! the run lasts until the next entry's start.")
 print()
 print("/// (first code point of the run, class code) sorted by code point.")
+print("#[rustfmt::skip]")
 print("pub(crate) static CLASS_RUNS: &[(u32, u8)] = &[")
 line = "   "
 for start, c in ranges:

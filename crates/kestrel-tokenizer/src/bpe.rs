@@ -64,6 +64,10 @@ struct Sym {
     next: Option<usize>,
 }
 
+/// A queued merge: (rank, left, right, left len, right len); the heap pops
+/// the smallest, i.e. best rank then leftmost.
+type Pair = (u32, usize, usize, usize, usize);
+
 /// Merges `word` and returns the byte ranges of the final symbols, in order.
 pub(crate) fn merge(word: &str, ranks: &Ranks) -> Vec<std::ops::Range<usize>> {
     let mut syms: Vec<Sym> = Vec::with_capacity(word.len());
@@ -78,8 +82,7 @@ pub(crate) fn merge(word: &str, ranks: &Ranks) -> Vec<std::ops::Range<usize>> {
             syms[i - 1].next = Some(i);
         }
     }
-    // (rank, left, right, left len, right len), smallest first.
-    let mut heap: BinaryHeap<Reverse<(u32, usize, usize, usize, usize)>> = BinaryHeap::new();
+    let mut heap: BinaryHeap<Reverse<Pair>> = BinaryHeap::new();
     let text = |s: &Sym| &word[s.start..s.start + s.len];
     let push = |heap: &mut BinaryHeap<_>, syms: &[Sym], l: Option<usize>, r: Option<usize>| {
         if let (Some(l), Some(r)) = (l, r) {

@@ -81,9 +81,18 @@ pub(crate) fn vocab_from_gguf(f: &GgufFile) -> Result<VocabData, TokenizerError>
         sep_id: opt_u32("tokenizer.ggml.seperator_token_id")?,
         pad_id: opt_u32("tokenizer.ggml.padding_token_id")?,
         mask_id: opt_u32("tokenizer.ggml.mask_token_id")?,
-        fim_pre_id: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
-        fim_suf_id: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
-        fim_mid_id: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,
+        fim_pre_id: fim(
+            "tokenizer.ggml.fim_pre_token_id",
+            "tokenizer.ggml.prefix_token_id",
+        )?,
+        fim_suf_id: fim(
+            "tokenizer.ggml.fim_suf_token_id",
+            "tokenizer.ggml.suffix_token_id",
+        )?,
+        fim_mid_id: fim(
+            "tokenizer.ggml.fim_mid_token_id",
+            "tokenizer.ggml.middle_token_id",
+        )?,
         fim_pad_id: opt_u32("tokenizer.ggml.fim_pad_token_id")?,
         fim_rep_id: opt_u32("tokenizer.ggml.fim_rep_token_id")?,
         fim_sep_id: opt_u32("tokenizer.ggml.fim_sep_token_id")?,

@@ -107,8 +107,9 @@ pub(crate) fn spec_for(pre: &str) -> Option<PreSpec> {
         },
         "dbrx" | "smaug-bpe" => plain(LLAMA3),
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" => plain(QWEN2),
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
-        | "minerva-7b" => plain(SMOLLM),
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+            plain(SMOLLM)
+        }
         "falcon" => plain(FALCON),
         _ => return None,
     })
@@ -423,7 +424,10 @@ mod tests {
 
     #[test]
     fn default_splits_punctuation_and_digit_triples() {
-        assert_eq!(words("a+=b 12345", DEFAULT), ["a", "+=", "b", " ", "123", "45"]);
+        assert_eq!(
+            words("a+=b 12345", DEFAULT),
+            ["a", "+=", "b", " ", "123", "45"]
+        );
     }
 
     #[test]

@@ -232,13 +232,15 @@ impl Tokenizer {
                     .as_deref()
                     .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
                 let pre = v.pre.as_deref().unwrap_or("default");
-                let spec = pretokenize::spec_for(pre).ok_or_else(|| TokenizerError::UnknownPre {
-                    name: pre.to_owned(),
-                    supported: SUPPORTED_PRE.join(", "),
-                })?;
+                let spec =
+                    pretokenize::spec_for(pre).ok_or_else(|| TokenizerError::UnknownPre {
+                        name: pre.to_owned(),
+                        supported: SUPPORTED_PRE.join(", "),
+                    })?;
                 add_bos = spec.add_bos;
                 add_space_prefix = false;
-                clean_spaces = !matches!(pre, "qwen2" | "deepseek-r1-qwen" | "command-r" | "smollm");
+                clean_spaces =
+                    !matches!(pre, "qwen2" | "deepseek-r1-qwen" | "command-r" | "smollm");
                 bos = Some(11);
                 eos = Some(11);
                 unk = None;
@@ -381,9 +383,13 @@ impl Tokenizer {
         eog.dedup();
         let has = |eog: &[u32], t: &str| eog.iter().any(|&i| tokens[i as usize] == t);
         // gpt-oss / solar-open: "<|end|>" is not end-of-generation there
-        if let Some(end_id) = eog.iter().copied().find(|&i| tokens[i as usize] == "<|end|>") {
+        if let Some(end_id) = eog
+            .iter()
+            .copied()
+            .find(|&i| tokens[i as usize] == "<|end|>")
+        {
             let call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
-            if (has(&eog, "<|return|>") && call) || (call && has(&eog, "<|flush|>")) {
+            if call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
                 eog.retain(|&i| i != end_id);
                 attrs[end_id as usize] = attr::USER_DEFINED;
             }
@@ -545,7 +551,13 @@ impl Tokenizer {
                                     buf.push(c);
                                 }
                             }
-                            spm::tokenize(&buf, &self.token_to_id, &self.scores, |b| self.spm_byte(b), &mut out);
+                            spm::tokenize(
+                                &buf,
+                                &self.token_to_id,
+                                &self.scores,
+                                |b| self.spm_byte(b),
+                                &mut out,
+                            );
                             prev_special = false;
                         }
                         Fragment::Token(id) => {
@@ -584,7 +596,11 @@ impl Tokenizer {
     }
 
     fn spm_byte(&self, b: u8) -> Option<u32> {
-        self.byte_tokens.get(b as usize).copied().flatten().or(self.unk)
+        self.byte_tokens
+            .get(b as usize)
+            .copied()
+            .flatten()
+            .or(self.unk)
     }
 
     fn bpe_word(&self, word: &str, ranks: &Ranks, ignore_merges: bool, out: &mut Vec<u32>) {
@@ -603,7 +619,10 @@ impl Tokenizer {
                     // one-byte token; only ASCII bytes can match.
                     for b in piece.bytes().filter(u8::is_ascii) {
                         let s = [b];
-                        if let Some(&id) = std::str::from_utf8(&s).ok().and_then(|s| self.token_to_id.get(s)) {
+                        if let Some(&id) = std::str::from_utf8(&s)
+                            .ok()
+                            .and_then(|s| self.token_to_id.get(s))
+                        {
                             out.push(id);
                         }
                     }
@@ -702,7 +721,8 @@ impl Tokenizer {
             remove_space = false;
             ids = &ids[1..];
         }
-        if remove_special && self.add_eos && !ids.is_empty() && Some(ids[ids.len() - 1]) == self.eos {
+        if remove_special && self.add_eos && !ids.is_empty() && Some(ids[ids.len() - 1]) == self.eos
+        {
             ids = &ids[..ids.len() - 1];
         }
         let mut text = Vec::new();
@@ -800,7 +820,9 @@ fn clean_up_spaces(t: &[u8]) -> Vec<u8> {
         if i > 0 && b[i - 1] == b' ' && x == b'\'' && i + 1 < b.len() {
             let x1 = b[i + 1];
             let x2 = b.get(i + 2).copied();
-            if matches!(x1, b's' | b'm') || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))) {
+            if matches!(x1, b's' | b'm')
+                || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e')))
+            {
                 c.pop();
             }
         }

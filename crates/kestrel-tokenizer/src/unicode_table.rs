@@ -3,6 +3,7 @@
 //! the run lasts until the next entry's start.
 
 /// (first code point of the run, class code) sorted by code point.
+#[rustfmt::skip]
 pub(crate) static CLASS_RUNS: &[(u32, u8)] = &[
     (0x0, 0), (0x20, 6), (0x21, 4), (0x24, 5), (0x25, 4), (0x2B, 5), (0x2C, 4), (0x30, 2),
     (0x3A, 4), (0x3C, 5), (0x3F, 4), (0x41, 1), (0x5B, 4), (0x5E, 5), (0x5F, 4), (0x60, 5),

@@ -33,7 +33,9 @@ fn load(model_file: &str) -> Tokenizer {
 }
 
 fn rows(stem: &str) -> Vec<Row> {
-    let path = root().join("tests/fixtures/tokenizer").join(format!("{stem}.jsonl"));
+    let path = root()
+        .join("tests/fixtures/tokenizer")
+        .join(format!("{stem}.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "fixture {} unreadable ({e}): run scripts/gen-tokenizer-fixtures.sh",
@@ -50,7 +52,11 @@ fn check(model_file: &str) {
     let stem = model_file.trim_end_matches(".gguf");
     let tok = load(model_file);
     let rows = rows(stem);
-    assert!(rows.len() >= 320, "{stem}: only {} fixture rows", rows.len());
+    assert!(
+        rows.len() >= 320,
+        "{stem}: only {} fixture rows",
+        rows.len()
+    );
     let mut failures = Vec::new();
     let mut checked = 0;
     for row in &rows {
@@ -71,7 +77,10 @@ fn check(model_file: &str) {
         // control tokens formed from plain text render as their text).
         let back = tok.decode(&row.ids, true);
         if back != row.text {
-            failures.push(format!("  [round trip] text {:?}\n    decoded {:?}", row.text, back));
+            failures.push(format!(
+                "  [round trip] text {:?}\n    decoded {:?}",
+                row.text, back
+            ));
         }
     }
     eprintln!(
@@ -83,7 +92,12 @@ fn check(model_file: &str) {
         failures.is_empty(),
         "{stem}: {} of {checked} differ from llama.cpp; first ones:\n{}",
         failures.len(),
-        failures.iter().take(8).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(8)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -105,7 +119,10 @@ fn gemma3_matches_llama_cpp() {
 #[test]
 fn special_ids_and_end_of_generation() {
     let smol = load("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert_eq!((smol.bos(), smol.eos(), smol.add_bos()), (Some(1), Some(2), false));
+    assert_eq!(
+        (smol.bos(), smol.eos(), smol.add_bos()),
+        (Some(1), Some(2), false)
+    );
     assert!(smol.is_eog(2) && smol.is_eog(0));
     assert!(!smol.is_eog(1));
 
@@ -118,7 +135,10 @@ fn special_ids_and_end_of_generation() {
 
     let gemma = load("gemma-3-270m-q4_k_m.gguf");
     let eot = gemma.token_id("<end_of_turn>").unwrap();
-    assert_eq!((gemma.bos(), gemma.eos(), gemma.add_bos()), (Some(2), Some(1), true));
+    assert_eq!(
+        (gemma.bos(), gemma.eos(), gemma.add_bos()),
+        (Some(2), Some(1), true)
+    );
     assert!(gemma.is_eog(eot) && gemma.is_eog(1));
     assert_eq!(gemma.eot(), Some(eot));
     assert_eq!(gemma.vocab_size(), 262_144);

@@ -151,7 +151,7 @@ mod tests {
         let mut packed = [0u8; 12];
         pack_k4_scales(&sc, &m, &mut packed);
         for j in 0..8 {
-            assert_eq!(k4_scale_min(&packed, j), (sc[j as usize], m[j as usize]));
+            assert_eq!(k4_scale_min(&packed, j), (sc[j], m[j]));
         }
     }
 }

@@ -1,0 +1,78 @@
+//! Greedy parity with llama.cpp: `kestrel run --raw --temp 0 -n 64` must print
+//! exactly what `llama-completion --temp 0 -no-cnv` printed for the same
+//! prompt (fixtures from scripts/gen-greedy-fixtures.sh).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn check_model(model: &str) {
+    let model_path = root().join("models").join(model);
+    assert!(
+        model_path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        model_path.display()
+    );
+    let stem = model.trim_end_matches(".gguf");
+    let fixture = root().join(format!("tests/fixtures/greedy/{stem}.jsonl"));
+    let text = std::fs::read_to_string(&fixture).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run scripts/gen-greedy-fixtures.sh)",
+            fixture.display()
+        )
+    });
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).expect("fixture line is JSON");
+        let prompt = case["prompt"].as_str().expect("prompt");
+        let want = case["output"].as_str().expect("output");
+        let n = case["n_predict"].as_u64().expect("n_predict");
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(["run", "-m"])
+            .arg(&model_path)
+            .args(["--raw", "--temp", "0", "-c", "4096", "-t", "2", "-n"])
+            .arg(n.to_string())
+            .arg("-p")
+            .arg(prompt)
+            .output()
+            .expect("kestrel runs");
+        assert!(
+            out.status.success(),
+            "kestrel failed on {prompt:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8_lossy(&out.stdout);
+        count += 1;
+        if got != want {
+            failures.push(format!(
+                "prompt {prompt:?}\n  llama.cpp: {want:?}\n  kestrel:   {got:?}"
+            ));
+        }
+    }
+    assert!(count >= 10, "{}: only {count} cases", fixture.display());
+    assert!(
+        failures.is_empty(),
+        "{model}: {} of {count} prompts differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    check_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    check_model("gemma-3-270m-q4_k_m.gguf");
+}
+
+#[test]
+fn qwen2_matches_llama_cpp() {
+    check_model("qwen2.5-coder-0.5b-q4_k_m.gguf");
+}
