@@ -316,7 +316,8 @@ impl CpuModel {
 
     /// Runs `tokens` at positions `pos0..`, appending their keys and values to
     /// the cache, and returns logits (of the last token, or of every token).
-    /// The caller keeps `pos0 + tokens.len() <= cache.n_ctx()` and ids in range.
+    /// The caller passes at least one token, keeps `pos0 + tokens.len() <= cache.n_ctx()`
+    /// and ids below `n_vocab` (the engine checks all three).
     pub fn forward(
         &self,
         tokens: &[u32],
@@ -327,6 +328,7 @@ impl CpuModel {
         let hp = &self.spec.hparams;
         let blk = &self.spec.block;
         let n_tok = tokens.len();
+        assert!(n_tok > 0, "forward needs at least one token");
         assert!(pos0 + n_tok <= cache.n_ctx, "context overflow");
         let e = hp.n_embd;
 
