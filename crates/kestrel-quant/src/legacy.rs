@@ -265,56 +265,94 @@ fn isum(w: impl Iterator<Item = i32>, a: &[u8]) -> i32 {
     w.zip(a).map(|(q, &y)| q * i32::from(y as i8)).sum()
 }
 
+/// The float accumulation of ggml's AVX2 block dots, reproduced lane for
+/// lane so results match llama.cpp bit for bit: each 32-element block yields
+/// eight exact integer lanes (lane l sums products 4l..4l+3), which are
+/// converted to f32 and fused-multiply-added into eight running sums with the
+/// block's scale; the sums are then reduced in `hsum_float_8`'s order.
+struct Lanes([f32; 8]);
+
+impl Lanes {
+    fn new() -> Lanes {
+        Lanes([0.0; 8])
+    }
+
+    /// Adds one block: `q(j)` is weight j's integer value, `a` the Q8 activations.
+    fn block(&mut self, scale: f32, q: impl Fn(usize) -> i32, a: &[u8]) {
+        for (l, acc) in self.0.iter_mut().enumerate() {
+            let s: i32 = (4 * l..4 * l + 4)
+                .map(|j| q(j) * i32::from(a[j] as i8))
+                .sum();
+            *acc = scale.mul_add(s as f32, *acc);
+        }
+    }
+
+    fn hsum(&self) -> f32 {
+        let x = &self.0;
+        let r = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
+        (r[0] + r[2]) + (r[1] + r[3])
+    }
+}
+
 pub(crate) fn vec_dot_q4_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
         let qs = &bw[2..];
-        let s = isum((0..QK).map(|j| i32::from(nibble(qs, j)) - 8), &ba[2..]);
-        sum += read_f16(bw, 0) * read_f16(ba, 0) * s as f32;
+        let d = read_f16(bw, 0) * read_f16(ba, 0);
+        acc.block(d, |j| i32::from(nibble(qs, j)) - 8, &ba[2..]);
     }
-    sum
+    acc.hsum()
 }
 
 pub(crate) fn vec_dot_q4_1_q8_1(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = Lanes::new();
+    // ggml sums the min terms separately; its compiler fuses `summs += m * s`.
+    let mut summs = 0.0f32;
     for (bw, ba) in w.chunks_exact(20).zip(a.chunks_exact(36)) {
         let qs = &bw[4..];
-        let s = isum((0..QK).map(|j| i32::from(nibble(qs, j))), &ba[4..]);
-        sum += read_f16(bw, 0) * read_f16(ba, 0) * s as f32 + read_f16(bw, 2) * read_f16(ba, 2);
+        summs = read_f16(bw, 2).mul_add(read_f16(ba, 2), summs);
+        let d = read_f16(bw, 0) * read_f16(ba, 0);
+        acc.block(d, |j| i32::from(nibble(qs, j)), &ba[4..]);
     }
-    sum
+    acc.hsum() + summs
 }
 
 pub(crate) fn vec_dot_q5_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
         let qh = read_qh(bw, 2);
         let qs = &bw[6..];
-        let q = (0..QK).map(|j| i32::from(nibble(qs, j) | fifth_bit(qh, j)) - 16);
-        sum += read_f16(bw, 0) * read_f16(ba, 0) * isum(q, &ba[2..]) as f32;
+        let d = read_f16(bw, 0) * read_f16(ba, 0);
+        acc.block(
+            d,
+            |j| i32::from(nibble(qs, j) | fifth_bit(qh, j)) - 16,
+            &ba[2..],
+        );
     }
-    sum
+    acc.hsum()
 }
 
 pub(crate) fn vec_dot_q5_1_q8_1(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = Lanes::new();
+    let mut summs = 0.0f32;
     for (bw, ba) in w.chunks_exact(24).zip(a.chunks_exact(36)) {
         let qh = read_qh(bw, 4);
         let qs = &bw[8..];
-        let q = (0..QK).map(|j| i32::from(nibble(qs, j) | fifth_bit(qh, j)));
-        let s = isum(q, &ba[4..]);
-        sum += read_f16(bw, 0) * read_f16(ba, 0) * s as f32 + read_f16(bw, 2) * read_f16(ba, 2);
+        summs = read_f16(bw, 2).mul_add(read_f16(ba, 2), summs);
+        let d = read_f16(bw, 0) * read_f16(ba, 0);
+        acc.block(d, |j| i32::from(nibble(qs, j) | fifth_bit(qh, j)), &ba[4..]);
     }
-    sum
+    acc.hsum() + summs
 }
 
 pub(crate) fn vec_dot_q8_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
-        let s = isum(bw[2..].iter().map(|&q| i32::from(q as i8)), &ba[2..]);
-        sum += read_f16(bw, 0) * read_f16(ba, 0) * s as f32;
+        let qs = &bw[2..];
+        let d = read_f16(bw, 0) * read_f16(ba, 0);
+        acc.block(d, |j| i32::from(qs[j] as i8), &ba[2..]);
     }
-    sum
+    acc.hsum()
 }
 
 /// Not a ggml kernel (ggml never stores Q8_1 weights); provided so every type

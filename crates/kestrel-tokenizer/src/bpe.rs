@@ -6,13 +6,15 @@
 //! pair remains; the resulting symbols are then looked up in the vocabulary.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::fxhash::{map_with_capacity, FxMap};
 
 /// Merge ranks keyed by interned left/right parts.
 #[derive(Debug, Default)]
 pub(crate) struct Ranks {
-    parts: HashMap<String, u32>,
-    ranks: HashMap<(u32, u32), u32>,
+    parts: FxMap<String, u32>,
+    ranks: FxMap<(u32, u32), u32>,
 }
 
 impl Ranks {
@@ -21,8 +23,8 @@ impl Ranks {
     /// ("", "") as in llama.cpp. Repeated pairs keep their first rank.
     pub fn new(merges: &[String]) -> Ranks {
         let mut r = Ranks {
-            parts: HashMap::with_capacity(merges.len()),
-            ranks: HashMap::with_capacity(merges.len()),
+            parts: map_with_capacity(merges.len()),
+            ranks: map_with_capacity(merges.len()),
         };
         for (i, line) in merges.iter().enumerate() {
             let (left, right) = match line.as_bytes().iter().skip(1).position(|&b| b == b' ') {

@@ -7,6 +7,7 @@
 mod bpe;
 pub mod chat;
 mod error;
+mod fxhash;
 mod gguf;
 mod pretokenize;
 mod spm;

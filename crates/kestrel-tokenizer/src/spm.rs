@@ -6,7 +6,9 @@
 //! their bytes (`<0xXX>` tokens).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::fxhash::FxMap;
 
 #[derive(Clone, Copy)]
 struct Sym {
@@ -48,7 +50,7 @@ impl Ord for Bigram {
 /// `byte_token(b)` gives the fallback token of a byte, if any.
 pub(crate) fn tokenize(
     text: &str,
-    token_to_id: &HashMap<String, u32>,
+    token_to_id: &FxMap<String, u32>,
     scores: &[f32],
     byte_token: impl Fn(u8) -> Option<u32>,
     out: &mut Vec<u32>,
@@ -117,7 +119,7 @@ mod tests {
     fn merges_by_score_and_falls_back_to_bytes() {
         let toks = ["▁a", "ab", "▁ab", "b", "<0xC3>", "<0xA9>"];
         let scores = [-1.0, -2.0, -0.5, -3.0, 0.0, 0.0];
-        let map: HashMap<String, u32> = toks
+        let map: FxMap<String, u32> = toks
             .iter()
             .enumerate()
             .map(|(i, t)| (t.to_string(), i as u32))

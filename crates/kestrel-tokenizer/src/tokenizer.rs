@@ -7,10 +7,9 @@
 //! generation set), and its tokenize path: special tokens are split out
 //! first (longest first), the remaining text goes through BPE or SPM.
 
-use std::collections::HashMap;
-
 use crate::bpe::{self, Ranks};
 use crate::error::TokenizerError;
+use crate::fxhash::{map_with_capacity, FxMap};
 use crate::pretokenize::{self, Pass, SUPPORTED_PRE};
 use crate::spm;
 use crate::unicode::{byte_chars, char_byte};
@@ -109,7 +108,7 @@ pub struct Tokenizer {
     tokens: Vec<String>,
     scores: Vec<f32>,
     attrs: Vec<u16>,
-    token_to_id: HashMap<String, u32>,
+    token_to_id: FxMap<String, u32>,
     /// Control, user-defined and unknown tokens, longest text first.
     special_cache: Vec<u32>,
     /// SPM byte fallback token per byte.
@@ -298,9 +297,13 @@ impl Tokenizer {
                 *t = format!("[EMPTY_{i}]");
             }
         }
-        let mut token_to_id: HashMap<String, u32> = HashMap::with_capacity(n);
+        // A repeated text keeps its last id; `owner[i]`: id i is the one its text maps to.
+        let mut token_to_id: FxMap<String, u32> = map_with_capacity(n);
+        let mut owner = vec![true; n];
         for (i, t) in tokens.iter().enumerate() {
-            token_to_id.insert(t.clone(), i as u32); // a repeated text keeps its last id
+            if let Some(old) = token_to_id.insert(t.clone(), i as u32) {
+                owner[old as usize] = false;
+            }
         }
 
         // --- special ids: defaults out of range are dropped; a key in range wins
@@ -331,10 +334,7 @@ impl Tokenizer {
             add_eos = b;
         }
 
-        // Ids that own their text (a repeated text maps to its last id only).
-        let owners: Vec<u32> = (0..n as u32)
-            .filter(|&i| token_to_id.get(&tokens[i as usize]) == Some(&i))
-            .collect();
+        let owners: Vec<u32> = (0..n as u32).filter(|&i| owner[i as usize]).collect();
         let find = |texts: &[&str]| -> Option<u32> {
             texts.iter().find_map(|t| token_to_id.get(*t).copied())
         };

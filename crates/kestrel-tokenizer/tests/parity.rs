@@ -29,7 +29,10 @@ fn load(model_file: &str) -> Tokenizer {
         path.display()
     );
     let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
-    Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("tokenizer of {model_file}: {e}"))
+    let t0 = std::time::Instant::now();
+    let tok = Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("tokenizer of {model_file}: {e}"));
+    eprintln!("{model_file}: tokenizer built in {:?}", t0.elapsed());
+    tok
 }
 
 fn rows(stem: &str) -> Vec<Row> {
