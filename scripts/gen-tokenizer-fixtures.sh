@@ -25,7 +25,7 @@ jobs="${JOBS:-2}"
 
 python3 - "$tok" "$fix" "$jobs" "${models[@]}" <<'PY'
 import concurrent.futures as cf
-import json, os, subprocess, sys, tempfile
+import json, os, subprocess, sys, tempfile, time
 
 tok, fix, jobs, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 with open(os.path.join(fix, "strings.jsonl"), encoding="utf-8") as f:
@@ -43,7 +43,11 @@ def run(model, text, extra):
         path = t.name
     try:
         cmd = [tok, "-m", model, "-f", path, "--ids", "--no-escape", "--log-disable"] + extra
-        p = subprocess.run(cmd, capture_output=True)
+        for attempt in range(3):  # tolerate a peer library being relinked mid-run
+            p = subprocess.run(cmd, capture_output=True)
+            if p.returncode == 0:
+                break
+            time.sleep(2)
         if p.returncode != 0:
             raise RuntimeError("%s failed (%d): %s" % (cmd, p.returncode, p.stderr.decode(errors="replace")[-2000:]))
         lines = [l for l in p.stdout.decode().splitlines() if l.startswith("[")]

@@ -288,9 +288,7 @@ impl Lanes {
     }
 
     fn hsum(&self) -> f32 {
-        let x = &self.0;
-        let r = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
-        (r[0] + r[2]) + (r[1] + r[3])
+        crate::lanes::hsum8(&self.0)
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod float;
 mod kquants;
+mod lanes;
 mod legacy;
 mod q8k;
 

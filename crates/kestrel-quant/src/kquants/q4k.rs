@@ -55,23 +55,36 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Follows ggml's AVX2 kernel lane for lane (see `crate::lanes`): lane l
+/// collects, from every 32-element sub-block, the scaled products of elements
+/// 4l..4l+3; the mins go through four lanes of their own.
 pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = [0f32; 8];
+    let mut acc_m = [0f32; 4];
     for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
-        let mut isum = 0i32;
-        let mut summ = 0i32;
+        let da = q8k::d(ba);
+        let d = da * read_f16(bw, D);
+        let dmin = -da * read_f16(bw, DMIN);
+        let mut sumi = [0i32; 8];
+        let mut mins = [0i32; 8];
         for j in 0..8 {
             let (sc, m) = k4_scale_min(&bw[SCALES..], j);
-            let sub: i32 = (32 * j..32 * j + 32)
-                .map(|e| quant(bw, e) * q8k::q(ba, e))
-                .sum();
-            isum += i32::from(sc) * sub;
-            summ += i32::from(m) * (q8k::bsum(ba, 2 * j) + q8k::bsum(ba, 2 * j + 1));
+            mins[j] = i32::from(m);
+            for (l, lane) in sumi.iter_mut().enumerate() {
+                let base = 32 * j + 4 * l;
+                let s: i32 = (base..base + 4).map(|e| quant(bw, e) * q8k::q(ba, e)).sum();
+                *lane += i32::from(sc) * s;
+            }
         }
-        let da = q8k::d(ba);
-        let dall = da * read_f16(bw, D);
-        let dmin = da * read_f16(bw, DMIN);
-        sum += dall * isum as f32 - dmin * summ as f32;
+        for (lane, &s) in acc.iter_mut().zip(&sumi) {
+            *lane = d.mul_add(s as f32, *lane);
+        }
+        for (p, lane) in acc_m.iter_mut().enumerate() {
+            let sub = |j: usize| q8k::bsum(ba, 2 * j) + q8k::bsum(ba, 2 * j + 1);
+            let prod = mins[2 * p] * sub(2 * p) + mins[2 * p + 1] * sub(2 * p + 1);
+            *lane = dmin.mul_add(prod as f32, *lane);
+        }
     }
-    sum
+    let m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
+    crate::lanes::hsum8(&acc) + m
 }

@@ -60,17 +60,29 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Follows ggml's AVX2 kernel lane for lane (see `crate::lanes`): quants are
+/// taken unsigned (0..=63) and the offset of 32 comes off per lane through the
+/// activation block sums.
 pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
+    let mut acc = [0f32; 8];
     for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
-        let mut isum = 0i32;
-        for j in 0..16 {
-            let sub: i32 = (16 * j..16 * j + 16)
-                .map(|e| quant(bw, e) * q8k::q(ba, e))
-                .sum();
-            isum += scale(bw, j) * sub;
+        let d = q8k::d(ba) * read_f16(bw, D);
+        let mut sumi = [0i32; 8];
+        for c in 0..8 {
+            for (l, lane) in sumi.iter_mut().enumerate() {
+                let base = 32 * c + 4 * l;
+                let s: i32 = (base..base + 4)
+                    .map(|e| (quant(bw, e) + 32) * q8k::q(ba, e))
+                    .sum();
+                *lane += scale(bw, 2 * c + l / 4) * s;
+            }
         }
-        sum += q8k::d(ba) * read_f16(bw, D) * isum as f32;
+        for (l, lane) in acc.iter_mut().enumerate() {
+            let offset = 32
+                * (q8k::bsum(ba, 2 * l) * scale(bw, 2 * l)
+                    + q8k::bsum(ba, 2 * l + 1) * scale(bw, 2 * l + 1));
+            *lane = d.mul_add((sumi[l] - offset) as f32, *lane);
+        }
     }
-    sum
+    crate::lanes::hsum8(&acc)
 }
