@@ -21,7 +21,7 @@ for t in $types; do
   [ -f "$m" ] || "$bin/llama-quantize" --allow-requantize "$src" "$m" "$t" >/dev/null 2>&1
   for p in "${prompts[@]}"; do
     want="$("$bin/llama-completion" -m "$m" -p "$p" -n 64 --temp 0 -no-cnv --no-display-prompt -t 2 -c 4096 --seed 1 2>/dev/null </dev/null \
-      | python3 -c 'import sys; t=sys.stdin.buffer.read(); e=b" [end of text]\n"; sys.stdout.buffer.write(t[:-len(e)] if t.endswith(e) else t)'; echo x)"
+      | python3 -c 'import sys; t=sys.stdin.buffer.read(); t=t[:-2] if t.endswith(b"\n\n") else t; e=b" [end of text]\n"; sys.stdout.buffer.write(t[:-len(e)] if t.endswith(e) else t)'; echo x)"
     got="$("$kestrel" run -m "$m" -p "$p" -n 64 --temp 0 --raw -t 2 -c 4096 2>/dev/null; echo x)"
     if [ "$want" = "$got" ]; then r=same; else r=DIFFERS; fail=1; fi
     printf '%-6s %-8s %q\n' "$t" "$r" "$p"
