@@ -67,9 +67,9 @@ pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
         let dmin = -da * read_f16(bw, DMIN);
         let mut sumi = [0i32; 8];
         let mut mins = [0i32; 8];
-        for j in 0..8 {
+        for (j, min) in mins.iter_mut().enumerate() {
             let (sc, m) = k4_scale_min(&bw[SCALES..], j);
-            mins[j] = i32::from(m);
+            *min = i32::from(m);
             for (l, lane) in sumi.iter_mut().enumerate() {
                 let base = 32 * j + 4 * l;
                 let s: i32 = (base..base + 4).map(|e| quant(bw, e) * q8k::q(ba, e)).sum();
