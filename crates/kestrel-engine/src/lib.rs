@@ -16,10 +16,10 @@ use kestrel_tokenizer::{StreamDecoder, Tokenizer};
 /// Why loading or generation failed; every variant names what was wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {err}")]
     Gguf {
         path: String,
-        source: kestrel_gguf::GgufError,
+        err: kestrel_gguf::GgufError,
     },
     #[error("{0}")]
     Model(#[from] kestrel_model::ModelError),
@@ -102,9 +102,9 @@ pub struct GenerateParams {
 impl Engine {
     /// Opens and validates a model file; `threads` sizes the CPU backend.
     pub fn load(path: &Path, threads: usize) -> Result<Engine, EngineError> {
-        let file = GgufFile::open(path).map_err(|source| EngineError::Gguf {
+        let file = GgufFile::open(path).map_err(|err| EngineError::Gguf {
             path: path.display().to_string(),
-            source,
+            err,
         })?;
         let file = Arc::new(file);
         let spec = ModelSpec::from_gguf(&file)?;
