@@ -11,7 +11,7 @@ use std::sync::Arc;
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 use kestrel_quant::dequantize_row;
-use matmul::{matmul, MatRef};
+use matmul::{matmul, matmul_quantized, quantize_rows, MatRef};
 
 /// Why a model's tensors could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -314,6 +314,27 @@ impl CpuModel {
         out
     }
 
+    /// Products of several weights with the same input; the input is
+    /// quantized once per activation type rather than once per weight.
+    fn mm_shared<const N: usize>(
+        &self,
+        ws: [&Weight; N],
+        x: &[f32],
+        n_tok: usize,
+    ) -> [Vec<f32>; N] {
+        let mut cache: Vec<(GgmlType, Vec<Vec<u8>>)> = Vec::new();
+        ws.map(|w| {
+            let ty = kestrel_quant::vec_dot_type(w.info.ty);
+            if !cache.iter().any(|(t, _)| *t == ty) {
+                cache.push((ty, quantize_rows(w.info.ty, x, w.cols)));
+            }
+            let acts = &cache.iter().find(|(t, _)| *t == ty).expect("just cached").1;
+            let mut out = vec![0f32; n_tok * w.rows];
+            matmul_quantized(self.mat(w), acts, &mut out, self.threads);
+            out
+        })
+    }
+
     /// Runs `tokens` at positions `pos0..`, appending their keys and values to
     /// the cache, and returns logits (of the last token, or of every token).
     /// The caller passes at least one token, keeps `pos0 + tokens.len() <= cache.n_ctx()`
@@ -380,11 +401,16 @@ impl CpuModel {
                 }
                 (q, k, v)
             } else {
-                (
-                    self.mm(layer.wq.as_ref().expect("bound"), &h, n_tok),
-                    self.mm(layer.wk.as_ref().expect("bound"), &h, n_tok),
-                    self.mm(layer.wv.as_ref().expect("bound"), &h, n_tok),
-                )
+                let [q, k, v] = self.mm_shared(
+                    [
+                        layer.wq.as_ref().expect("bound"),
+                        layer.wk.as_ref().expect("bound"),
+                        layer.wv.as_ref().expect("bound"),
+                    ],
+                    &h,
+                    n_tok,
+                );
+                (q, k, v)
             };
             let mut v = v;
             for (buf, bias) in [
@@ -471,7 +497,10 @@ impl CpuModel {
             }
             let n_ff = hp.n_ff;
             let (gate, up) = match &layer.ffn_gate {
-                Some(g) => (self.mm(g, &h, n_tok), self.mm(&layer.ffn_up, &h, n_tok)),
+                Some(g) => {
+                    let [g, u] = self.mm_shared([g, &layer.ffn_up], &h, n_tok);
+                    (g, u)
+                }
                 None => {
                     let gu = self.mm(&layer.ffn_up, &h, n_tok);
                     let mut g = Vec::with_capacity(n_tok * n_ff);

@@ -27,14 +27,25 @@ const PARALLEL_MIN_BYTES: usize = 1 << 16;
 /// out[t * w.rows + r] = dot(w row r, x row t) for `n_tok` rows of `x` (each `w.cols` long).
 pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], threads: usize) {
     debug_assert_eq!(x.len(), n_tok * w.cols);
-    debug_assert_eq!(out.len(), n_tok * w.rows);
-    let acts: Vec<Vec<u8>> = x
-        .chunks_exact(w.cols)
-        .map(|row| quantize_activations(w.ty, row))
-        .collect();
+    matmul_quantized(w, &quantize_rows(w.ty, x, w.cols), out, threads);
+}
+
+/// Each row of `x` (rows of `cols`) quantized to the activation type that
+/// weights of type `ty` pair with; products sharing an input and a pairing
+/// (q/k/v, gate/up) quantize it once.
+pub fn quantize_rows(ty: GgmlType, x: &[f32], cols: usize) -> Vec<Vec<u8>> {
+    x.chunks_exact(cols)
+        .map(|row| quantize_activations(ty, row))
+        .collect()
+}
+
+/// As [`matmul`], with activations already quantized by [`quantize_rows`].
+pub fn matmul_quantized(w: MatRef<'_>, acts: &[Vec<u8>], out: &mut [f32], threads: usize) {
+    debug_assert_eq!(out.len(), acts.len() * w.rows);
+    let n_tok = acts.len();
     let threads = threads.max(1).min(w.rows);
     if threads == 1 || w.data.len() < PARALLEL_MIN_BYTES {
-        rows_into(w, &acts, 0, w.rows, out, w.rows);
+        rows_into(w, acts, 0, w.rows, out, w.rows);
         return;
     }
     // Each thread owns a contiguous band of rows and writes a [band][tok] block,
@@ -44,7 +55,6 @@ pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], threads: 
     std::thread::scope(|s| {
         let handles: Vec<_> = (1..threads)
             .map(|i| {
-                let acts = &acts;
                 let r0 = (i * band).min(w.rows);
                 let r1 = ((i + 1) * band).min(w.rows);
                 s.spawn(move || {
@@ -56,7 +66,7 @@ pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], threads: 
             .collect();
         let r1 = band.min(w.rows);
         let mut first = vec![0f32; r1 * acts.len()];
-        rows_into(w, &acts, 0, r1, &mut first, r1);
+        rows_into(w, acts, 0, r1, &mut first, r1);
         parts.push(first);
         for h in handles {
             parts.push(h.join().expect("matmul worker panicked"));
