@@ -15,9 +15,16 @@ Usage:
         > tests/fixtures/quant/ggml_x86.txt
 Needs numpy only. Default library dir: ~/.cache/kestrel/llama.cpp/build/bin.
 
+It also runs whole matrix products through ggml's graph API (plain
+buffers, and the CPU_REPACK buffer that llama.cpp puts Q4_0/Q4_K weights in),
+so the kernel family ggml picks for a batch shape (vec_dot, repacked
+gemv/gemm, the tiled K-quant matmul, llamafile sgemm) is recorded too.
+
 Output records:
     case quant <type> <n>      / f32 <input bits> / bytes <ggml output>
     case dot <wtype> <n>       / bytes <weights> / bytes <activations> / f32 <ggml result bits>
+    case matmul <wtype> <k> <rows> <ntok> <repack 0|1>
+                               / bytes <weights> / f32 <activations, ntok x k> / f32 <result, ntok x rows>
 """
 
 import ctypes
@@ -28,8 +35,34 @@ import numpy as np
 
 LIB_DIR = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/kestrel/llama.cpp/build/bin")
 ctypes.CDLL(os.path.join(LIB_DIR, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-cpu = ctypes.CDLL(os.path.join(LIB_DIR, "libggml-cpu.so"))
+base = ctypes.CDLL(os.path.join(LIB_DIR, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+cpu = ctypes.CDLL(os.path.join(LIB_DIR, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
 cpu.ggml_cpu_init()
+
+
+class InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+VP = ctypes.c_void_p
+for name, res, args in [
+    ("ggml_init", VP, [InitParams]),
+    ("ggml_new_tensor_2d", VP, [VP, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
+    ("ggml_mul_mat", VP, [VP, VP, VP]),
+    ("ggml_new_graph", VP, [VP]),
+    ("ggml_build_forward_expand", None, [VP, VP]),
+    ("ggml_get_data", VP, [VP]),
+    ("ggml_free", None, [VP]),
+    ("ggml_backend_alloc_ctx_tensors_from_buft", VP, [VP, VP]),
+    ("ggml_backend_tensor_set", None, [VP, VP, ctypes.c_size_t, ctypes.c_size_t]),
+]:
+    getattr(base, name).restype = res
+    getattr(base, name).argtypes = args
+cpu.ggml_graph_compute_with_ctx.argtypes = [VP, VP, ctypes.c_int]
+# C++ linkage: ggml_backend_cpu_repack_buffer_type()
+REPACK_BUFT = getattr(cpu, "_Z35ggml_backend_cpu_repack_buffer_typev")
+REPACK_BUFT.restype = VP
+GGML_TYPE_ID = {"q4_0": 2, "q5_0": 6, "q8_0": 8, "q2_K": 10, "q3_K": 11, "q4_K": 12, "q5_K": 13, "q6_K": 14}
 
 rng = np.random.default_rng(0x78383620)
 
@@ -62,6 +95,62 @@ def ggml_dot(wty, n, w, a):
     fn = getattr(cpu, f"ggml_vec_dot_{wty}_{WEIGHTS[wty][2]}")
     fn(ctypes.c_int(n), ctypes.byref(s), ctypes.c_size_t(0), w, ctypes.c_size_t(0), a, ctypes.c_size_t(0), ctypes.c_int(1))
     return np.float32(s.value)
+
+
+def ggml_mul_mat(wty, w_bytes, rows, k, x, repack):
+    """ggml_mul_mat(w, x) for an f32 x of ntok rows; w in the CPU_REPACK
+    buffer when `repack` (as llama.cpp loads weights), else in plain memory."""
+    ntok = x.shape[0]
+    wctx = base.ggml_init(InitParams(1 << 20, None, repack))
+    w = base.ggml_new_tensor_2d(wctx, GGML_TYPE_ID[wty], k, rows)
+    if repack:
+        assert base.ggml_backend_alloc_ctx_tensors_from_buft(wctx, REPACK_BUFT())
+        wb = ctypes.create_string_buffer(w_bytes, len(w_bytes))
+        base.ggml_backend_tensor_set(w, wb, 0, len(w_bytes))
+    else:
+        ctypes.memmove(base.ggml_get_data(w), w_bytes, len(w_bytes))
+    ctx = base.ggml_init(InitParams(64 << 20, None, False))
+    xt = base.ggml_new_tensor_2d(ctx, 0, k, ntok)
+    xs = np.ascontiguousarray(x, dtype=np.float32)
+    ctypes.memmove(base.ggml_get_data(xt), xs.ctypes.data, xs.nbytes)
+    y = base.ggml_mul_mat(ctx, w, xt)
+    graph = base.ggml_new_graph(ctx)
+    base.ggml_build_forward_expand(graph, y)
+    cpu.ggml_graph_compute_with_ctx(ctx, graph, 2)
+    out = ctypes.cast(base.ggml_get_data(y), ctypes.POINTER(ctypes.c_float * (ntok * rows))).contents
+    res = np.frombuffer(bytes(out), dtype=np.float32).copy()
+    base.ggml_free(ctx)
+    base.ggml_free(wctx)
+    return res
+
+
+def random_weights(wty, nblocks):
+    """Random block bytes with sane half scales (K-quant scale bytes stay random)."""
+    bs, ts, _, halves = WEIGHTS[wty]
+    w = rng.integers(0, 256, size=(nblocks, ts), dtype=np.uint8)
+    for off in halves:
+        mag = np.exp2(rng.uniform(-10, -2, size=nblocks)) * rng.choice([-1.0, 1.0], size=nblocks)
+        w[:, off:off + 2] = mag.astype(np.float16).view(np.uint8).reshape(nblocks, 2)
+    return bytes(w.reshape(-1))
+
+
+# (weight type, k, weight rows, tokens, repack): the batch shapes that pick
+# each of ggml's kernel families on AVX2.
+MATMULS = [
+    ("q4_K", 512, 16, 1, True),   # repacked gemv
+    ("q4_K", 512, 16, 7, True),   # repacked gemm for 4 rows, gemv for 3
+    ("q4_K", 512, 12, 9, False),  # rows % 8 != 0: not repacked, tiled
+    ("q4_K", 512, 12, 3, False),  # not repacked, vec_dot
+    ("q6_K", 512, 16, 9, False),  # tiled
+    ("q6_K", 512, 16, 3, False),  # vec_dot
+    ("q5_K", 512, 16, 9, False),
+    ("q3_K", 512, 16, 9, False),
+    ("q2_K", 512, 16, 9, False),
+    ("q4_0", 256, 16, 1, True),   # repacked gemv
+    ("q4_0", 256, 16, 7, True),   # repacked gemm + gemv
+    ("q8_0", 256, 16, 9, False),  # llamafile sgemm
+    ("q5_0", 256, 16, 9, False),
+]
 
 
 def activations(n):
@@ -97,6 +186,14 @@ def main():
         print("bytes " + wb.hex())
         print("bytes " + a.hex())
         print(f32_line([ggml_dot(wty, n, wb, a)]))
+    for wty, k, rows, ntok, repack in MATMULS:
+        bs = WEIGHTS[wty][0]
+        wb = random_weights(wty, rows * k // bs)
+        x = activations(ntok * k).reshape(ntok, k)
+        print(f"case matmul {wty} {k} {rows} {ntok} {int(repack)}")
+        print("bytes " + wb.hex())
+        print(f32_line(x))
+        print(f32_line(ggml_mul_mat(wty, wb, rows, k, x, repack)))
 
 
 if __name__ == "__main__":

@@ -348,7 +348,7 @@ impl CpuModel {
     ) -> Vec<f32> {
         let hp = &self.spec.hparams;
         let blk = &self.spec.block;
-        let n_tok = tokens.len();
+        let mut n_tok = tokens.len();
         assert!(n_tok > 0, "forward needs at least one token");
         assert!(pos0 + n_tok <= cache.n_ctx, "context overflow");
         let e = hp.n_embd;
@@ -481,6 +481,15 @@ impl CpuModel {
                 n_tok,
             );
             let mut o = self.mm(&layer.wo, &attn, n_tok);
+            // As llama.cpp, the last layer carries on with only the rows whose
+            // logits are wanted: its feed-forward products then see the same
+            // batch shape (and so take the same kernels) as the peer's.
+            if il + 1 == self.layers.len() && which == Logits::Last && n_tok > 1 {
+                o.drain(..(n_tok - 1) * e);
+                x.drain(..(n_tok - 1) * e);
+                h.truncate(e);
+                n_tok = 1;
+            }
             if let Some(pn) = &layer.post_attn_norm {
                 o.chunks_exact_mut(e)
                     .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
@@ -532,10 +541,8 @@ impl CpuModel {
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
 
-        let rows: Vec<usize> = match which {
-            Logits::Last => vec![n_tok - 1],
-            Logits::All => (0..n_tok).collect(),
-        };
+        // After the last layer `x` holds only the wanted rows.
+        let rows: Vec<usize> = (0..n_tok).collect();
         let mut normed = vec![0f32; rows.len() * e];
         for (i, &t) in rows.iter().enumerate() {
             ops::rms_norm(

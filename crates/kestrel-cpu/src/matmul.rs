@@ -3,7 +3,7 @@
 //! with, and each weight row is read once for all tokens of a batch.
 
 use kestrel_gguf::GgmlType;
-use kestrel_quant::{quantize_activations, vec_dot};
+use kestrel_quant::{dot_path, quantize_activations, vec_dot_on};
 
 /// A weight matrix in its stored block format: `rows` rows of `cols` elements.
 #[derive(Clone, Copy, Debug)]
@@ -93,10 +93,12 @@ fn rows_into(
     stride: usize,
 ) {
     let rb = w.row_bytes();
+    let n_tok = acts.len();
     for r in r0..r1 {
         let row = &w.data[r * rb..(r + 1) * rb];
         for (t, a) in acts.iter().enumerate() {
-            out[t * stride + (r - r0)] = vec_dot(w.ty, w.cols, row, a);
+            let path = dot_path(w.ty, w.rows, t, n_tok);
+            out[t * stride + (r - r0)] = vec_dot_on(path, w.ty, w.cols, row, a);
         }
     }
 }

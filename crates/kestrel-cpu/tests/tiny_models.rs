@@ -53,8 +53,23 @@ const MAX_TOLERANCE: f64 = 0.045;
 /// second for the argmax to be required to agree.
 const CLEAR_GAP: f64 = 0.05;
 
-/// Prefill vs decode differ only by summation order, if at all.
-const SAME_PATH_TOL: f64 = 1e-4;
+/// How far prefill, chunked prefill and decode may part, as a fraction of the
+/// logit spread. Where one token and a batch take the same kernels they
+/// differ only by attention's summation order. Where ggml (and so Kestrel)
+/// switches kernels with the batch size (repacked gemv/gemm for Q4_0/Q4_K,
+/// the tiled matmul for K-quants from 8 tokens on) the f32 order differs, a
+/// quantized activation can round the other way, and logits move by up to
+/// 0.008 of the spread (measured); 0.02 still catches a wrong position or a
+/// stale cache, which move them by far more.
+fn same_path_tol(ty: GgmlType) -> f64 {
+    let rows = 64; // any multiple of 8, as every tiny-model weight has
+    let batch = kestrel_quant::dot_path(ty, rows, 0, PROMPT_LEN);
+    if batch == kestrel_quant::dot_path(ty, rows, 0, 1) {
+        1e-4
+    } else {
+        0.02
+    }
+}
 
 const PROMPT_LEN: usize = 8;
 
@@ -157,7 +172,7 @@ fn check_arch(arch: &str) {
         for (p, &t) in tokens.iter().enumerate() {
             let step = case.model.forward(&[t], p, &mut cache, Logits::Last);
             let e = rel_err(&step, &as_f64(&all[p * nv..(p + 1) * nv]));
-            if e.is_nan() || e > SAME_PATH_TOL {
+            if e.is_nan() || e > same_path_tol(ty) {
                 failures.push(format!(
                     "{tag}: decode pos {p} differs from prefill by {e:.6} of the spread"
                 ));
@@ -192,7 +207,7 @@ fn check_arch(arch: &str) {
             .chain(rest.chunks_exact(nv).enumerate().map(|(i, r)| (3 + i, r)))
         {
             let e = rel_err(row, &as_f64(&all[p * nv..(p + 1) * nv]));
-            if e.is_nan() || e > SAME_PATH_TOL {
+            if e.is_nan() || e > same_path_tol(ty) {
                 failures.push(format!("{tag}: chunked prefill pos {p} differs from whole prefill by {e:.6} of the spread"));
             }
         }

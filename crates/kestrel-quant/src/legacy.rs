@@ -261,15 +261,48 @@ pub(crate) fn quantize_q5_1(src: &[f32], dst: &mut [u8]) {
 // the offset never has to be multiplied into every element.
 // ---------------------------------------------------------------------------
 
-fn isum(w: impl Iterator<Item = i32>, a: &[u8]) -> i32 {
-    w.zip(a).map(|(q, &y)| q * i32::from(y as i8)).sum()
+/// The 32 signed activation quants of a Q8_0 (`at` = 2) or Q8_1 (4) block.
+#[inline(always)]
+fn act(block: &[u8], at: usize) -> &[u8; QK] {
+    block[at..at + QK]
+        .try_into()
+        .expect("block length checked by caller")
+}
+
+/// Unpacks 16 nibble bytes (and, for 5-bit formats, the `qh` fifth bits)
+/// into 32 quants minus `offset`.
+#[inline(always)]
+fn unpack(qs: &[u8], qh: u32, offset: i8) -> [i8; QK] {
+    let mut w = [0i8; QK];
+    for j in 0..QK / 2 {
+        let hi_j = (((qh >> j) & 1) << 4) as u8;
+        let hi_k = (((qh >> (j + QK / 2)) & 1) << 4) as u8;
+        w[j] = ((qs[j] & 0x0f) | hi_j) as i8 - offset;
+        w[j + QK / 2] = ((qs[j] >> 4) | hi_k) as i8 - offset;
+    }
+    w
+}
+
+/// The eight exact integer lanes of ggml's AVX2 block dots: lane l sums the
+/// products of elements 4l..4l+3.
+#[inline(always)]
+fn lanes32(w: &[i8; QK], a: &[u8; QK]) -> [i32; 8] {
+    let mut out = [0i32; 8];
+    for ((o, w), a) in out.iter_mut().zip(w.chunks_exact(4)).zip(a.chunks_exact(4)) {
+        *o = w
+            .iter()
+            .zip(a)
+            .map(|(&w, &a)| i32::from(w) * i32::from(a as i8))
+            .sum();
+    }
+    out
 }
 
 /// The float accumulation of ggml's AVX2 block dots, reproduced lane for
-/// lane so results match llama.cpp bit for bit: each 32-element block yields
-/// eight exact integer lanes (lane l sums products 4l..4l+3), which are
-/// converted to f32 and fused-multiply-added into eight running sums with the
-/// block's scale; the sums are then reduced in `hsum_float_8`'s order.
+/// lane so results match llama.cpp bit for bit: each block's eight integer
+/// lanes ([`lanes32`]) are converted to f32 and fused-multiply-added into
+/// eight running sums with the block's scale; the sums are then reduced in
+/// `hsum_float_8`'s order.
 struct Lanes([f32; 8]);
 
 impl Lanes {
@@ -277,12 +310,9 @@ impl Lanes {
         Lanes([0.0; 8])
     }
 
-    /// Adds one block: `q(j)` is weight j's integer value, `a` the Q8 activations.
-    fn block(&mut self, scale: f32, q: impl Fn(usize) -> i32, a: &[u8]) {
-        for (l, acc) in self.0.iter_mut().enumerate() {
-            let s: i32 = (4 * l..4 * l + 4)
-                .map(|j| q(j) * i32::from(a[j] as i8))
-                .sum();
+    #[inline(always)]
+    fn block(&mut self, scale: f32, w: &[i8; QK], a: &[u8; QK]) {
+        for (acc, s) in self.0.iter_mut().zip(lanes32(w, a)) {
             *acc = scale.mul_add(s as f32, *acc);
         }
     }
@@ -292,73 +322,83 @@ impl Lanes {
     }
 }
 
+#[inline(always)]
 pub(crate) fn vec_dot_q4_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
-        let qs = &bw[2..];
         let d = read_f16(bw, 0) * read_f16(ba, 0);
-        acc.block(d, |j| i32::from(nibble(qs, j)) - 8, &ba[2..]);
+        acc.block(d, &unpack(&bw[2..], 0, 8), act(ba, 2));
     }
     acc.hsum()
 }
 
+/// ggml-cpu's AVX2 kernels for Q4_0 weights repacked eight rows at a time
+/// (`gemv`/`gemm_q4_0_8x8_q8_0`, which order the f32 work alike): one FMA
+/// per block of its exact integer sum with `d_w * d_a`.
+#[inline(always)]
+pub(crate) fn dot_q4_0_repacked(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
+        let s: i32 = lanes32(&unpack(&bw[2..], 0, 8), act(ba, 2)).iter().sum();
+        acc = (s as f32).mul_add(read_f16(bw, 0) * read_f16(ba, 0), acc);
+    }
+    acc
+}
+
+#[inline(always)]
 pub(crate) fn vec_dot_q4_1_q8_1(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = Lanes::new();
     // ggml sums the min terms separately; its compiler fuses `summs += m * s`.
     let mut summs = 0.0f32;
     for (bw, ba) in w.chunks_exact(20).zip(a.chunks_exact(36)) {
-        let qs = &bw[4..];
         summs = read_f16(bw, 2).mul_add(read_f16(ba, 2), summs);
         let d = read_f16(bw, 0) * read_f16(ba, 0);
-        acc.block(d, |j| i32::from(nibble(qs, j)), &ba[4..]);
+        acc.block(d, &unpack(&bw[4..], 0, 0), act(ba, 4));
     }
     acc.hsum() + summs
 }
 
+#[inline(always)]
 pub(crate) fn vec_dot_q5_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
-        let qh = read_qh(bw, 2);
-        let qs = &bw[6..];
         let d = read_f16(bw, 0) * read_f16(ba, 0);
-        acc.block(
-            d,
-            |j| i32::from(nibble(qs, j) | fifth_bit(qh, j)) - 16,
-            &ba[2..],
-        );
+        acc.block(d, &unpack(&bw[6..], read_qh(bw, 2), 16), act(ba, 2));
     }
     acc.hsum()
 }
 
+#[inline(always)]
 pub(crate) fn vec_dot_q5_1_q8_1(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = Lanes::new();
     let mut summs = 0.0f32;
     for (bw, ba) in w.chunks_exact(24).zip(a.chunks_exact(36)) {
-        let qh = read_qh(bw, 4);
-        let qs = &bw[8..];
         summs = read_f16(bw, 2).mul_add(read_f16(ba, 2), summs);
         let d = read_f16(bw, 0) * read_f16(ba, 0);
-        acc.block(d, |j| i32::from(nibble(qs, j) | fifth_bit(qh, j)), &ba[4..]);
+        acc.block(d, &unpack(&bw[8..], read_qh(bw, 4), 0), act(ba, 4));
     }
     acc.hsum() + summs
 }
 
+#[inline(always)]
 pub(crate) fn vec_dot_q8_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = Lanes::new();
     for (bw, ba) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
-        let qs = &bw[2..];
         let d = read_f16(bw, 0) * read_f16(ba, 0);
-        acc.block(d, |j| i32::from(qs[j] as i8), &ba[2..]);
+        acc.block(d, &act(bw, 2).map(|q| q as i8), act(ba, 2));
     }
     acc.hsum()
 }
 
 /// Not a ggml kernel (ggml never stores Q8_1 weights); provided so every type
 /// has a dot. The `s` fields are unused: both sides are symmetric.
+#[inline(always)]
 pub(crate) fn vec_dot_q8_1_q8_1(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0.0f32;
     for (bw, ba) in w.chunks_exact(36).zip(a.chunks_exact(36)) {
-        let s = isum(bw[4..].iter().map(|&q| i32::from(q as i8)), &ba[4..]);
+        let s: i32 = lanes32(&act(bw, 4).map(|q| q as i8), act(ba, 4))
+            .iter()
+            .sum();
         sum += read_f16(bw, 0) * read_f16(ba, 0) * s as f32;
     }
     sum

@@ -3,11 +3,13 @@
 //! activations the way ggml-cpu does on x86-64 (AVX2), and the weight x
 //! activation dot products that matrix multiplication is built from.
 //!
-//! Everything here is portable scalar code, meant as the readable reference
-//! that SIMD kernels get tested against. Each type's kernels are collected in
-//! a [`Kernels`] table; the free functions dispatch through [`kernels`], so a
-//! faster implementation can later be swapped in per type without changing
-//! callers.
+//! The kernels are portable code that reproduces, bit for bit, the f32 order
+//! of the ggml-cpu kernel llama.cpp would run for the same product on an
+//! AVX2 machine ([`DotPath`] names which one). Each type's kernels are
+//! collected in a [`Kernels`] table; the free functions dispatch through
+//! [`kernels`], which on x86-64 picks builds of the same code with AVX2/FMA
+//! enabled (see `simd`), so faster implementations slot in per type without
+//! changing callers.
 //!
 //! Kernel files, one per block family: `float` (F32/F16/BF16), `legacy`
 //! (Q4_0..Q8_1), `kquants/` (Q2_K..Q6_K) and `q8k` (Q8_K).
@@ -17,6 +19,8 @@ mod kquants;
 mod lanes;
 mod legacy;
 mod q8k;
+#[macro_use]
+mod simd;
 
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kestrel_gguf::GgmlType;
@@ -58,116 +62,36 @@ const fn k(
 
 use GgmlType as T;
 
-/// The portable kernels, indexed in [`GgmlType::ALL`] order. The pairings
-/// follow ggml-cpu's `type_traits_cpu`; Q8_1 and Q8_K have no weight dot in
-/// ggml, so they are paired with themselves here for completeness.
-static PORTABLE: [Kernels; 15] = [
-    k(
-        T::F32,
-        float::dequantize_f32,
-        float::quantize_f32,
-        T::F32,
-        float::vec_dot_f32,
-    ),
-    k(
-        T::F16,
-        float::dequantize_f16,
-        float::quantize_f16,
-        T::F16,
-        float::vec_dot_f16,
-    ),
-    k(
-        T::Q4_0,
-        legacy::dequantize_q4_0,
-        legacy::quantize_q4_0,
-        T::Q8_0,
-        legacy::vec_dot_q4_0_q8_0,
-    ),
-    k(
-        T::Q4_1,
-        legacy::dequantize_q4_1,
-        legacy::quantize_q4_1,
-        T::Q8_1,
-        legacy::vec_dot_q4_1_q8_1,
-    ),
-    k(
-        T::Q5_0,
-        legacy::dequantize_q5_0,
-        legacy::quantize_q5_0,
-        T::Q8_0,
-        legacy::vec_dot_q5_0_q8_0,
-    ),
-    k(
-        T::Q5_1,
-        legacy::dequantize_q5_1,
-        legacy::quantize_q5_1,
-        T::Q8_1,
-        legacy::vec_dot_q5_1_q8_1,
-    ),
-    k(
-        T::Q8_0,
-        legacy::dequantize_q8_0,
-        legacy::quantize_q8_0,
-        T::Q8_0,
-        legacy::vec_dot_q8_0_q8_0,
-    ),
-    k(
-        T::Q8_1,
-        legacy::dequantize_q8_1,
-        legacy::quantize_q8_1,
-        T::Q8_1,
-        legacy::vec_dot_q8_1_q8_1,
-    ),
-    k(
-        T::Q2_K,
-        kquants::q2k::dequantize,
-        kquants::q2k::quantize,
-        T::Q8_K,
-        kquants::q2k::vec_dot,
-    ),
-    k(
-        T::Q3_K,
-        kquants::q3k::dequantize,
-        kquants::q3k::quantize,
-        T::Q8_K,
-        kquants::q3k::vec_dot,
-    ),
-    k(
-        T::Q4_K,
-        kquants::q4k::dequantize,
-        kquants::q4k::quantize,
-        T::Q8_K,
-        kquants::q4k::vec_dot,
-    ),
-    k(
-        T::Q5_K,
-        kquants::q5k::dequantize,
-        kquants::q5k::quantize,
-        T::Q8_K,
-        kquants::q5k::vec_dot,
-    ),
-    k(
-        T::Q6_K,
-        kquants::q6k::dequantize,
-        kquants::q6k::quantize,
-        T::Q8_K,
-        kquants::q6k::vec_dot,
-    ),
-    k(
-        T::Q8_K,
-        q8k::dequantize_q8_k,
-        q8k::quantize_q8_k,
-        T::Q8_K,
-        q8k::vec_dot_q8_k_q8_k,
-    ),
-    k(
-        T::BF16,
-        float::dequantize_bf16,
-        float::quantize_bf16,
-        T::BF16,
-        float::vec_dot_bf16,
-    ),
-];
+/// Declares the kernel tables from one list: the portable kernels, indexed in
+/// [`GgmlType::ALL`] order, and (on x86-64) the same kernels with their dots
+/// rebuilt for AVX2/FMA/F16C. The pairings follow ggml-cpu's
+/// `type_traits_cpu`; Q8_1 and Q8_K have no weight dot in ggml, so they are
+/// paired with themselves here for completeness.
+macro_rules! kernel_tables {
+    ($($ty:ident: $deq:path, $quant:path, $vt:ident, $dot:path;)*) => {
+        static PORTABLE: [Kernels; 15] = [$(k(T::$ty, $deq, $quant, T::$vt, $dot)),*];
+        #[cfg(target_arch = "x86_64")]
+        static AVX2: [Kernels; 15] = [$(k(T::$ty, $deq, $quant, T::$vt, avx2_twin!($dot))),*];
+    };
+}
+
+kernel_tables! {
+    F32: float::dequantize_f32, float::quantize_f32, F32, float::vec_dot_f32;
+    F16: float::dequantize_f16, float::quantize_f16, F16, float::vec_dot_f16;
+    Q4_0: legacy::dequantize_q4_0, legacy::quantize_q4_0, Q8_0, legacy::vec_dot_q4_0_q8_0;
+    Q4_1: legacy::dequantize_q4_1, legacy::quantize_q4_1, Q8_1, legacy::vec_dot_q4_1_q8_1;
+    Q5_0: legacy::dequantize_q5_0, legacy::quantize_q5_0, Q8_0, legacy::vec_dot_q5_0_q8_0;
+    Q5_1: legacy::dequantize_q5_1, legacy::quantize_q5_1, Q8_1, legacy::vec_dot_q5_1_q8_1;
+    Q8_0: legacy::dequantize_q8_0, legacy::quantize_q8_0, Q8_0, legacy::vec_dot_q8_0_q8_0;
+    Q8_1: legacy::dequantize_q8_1, legacy::quantize_q8_1, Q8_1, legacy::vec_dot_q8_1_q8_1;
+    Q2_K: kquants::q2k::dequantize, kquants::q2k::quantize, Q8_K, kquants::q2k::vec_dot;
+    Q3_K: kquants::q3k::dequantize, kquants::q3k::quantize, Q8_K, kquants::q3k::vec_dot;
+    Q4_K: kquants::q4k::dequantize, kquants::q4k::quantize, Q8_K, kquants::q4k::vec_dot;
+    Q5_K: kquants::q5k::dequantize, kquants::q5k::quantize, Q8_K, kquants::q5k::vec_dot;
+    Q6_K: kquants::q6k::dequantize, kquants::q6k::quantize, Q8_K, kquants::q6k::vec_dot;
+    Q8_K: q8k::dequantize_q8_k, q8k::quantize_q8_k, Q8_K, q8k::vec_dot_q8_k_q8_k;
+    BF16: float::dequantize_bf16, float::quantize_bf16, BF16, float::vec_dot_bf16;
+}
 
 /// The portable scalar kernels for `ty`: the reference every accelerated
 /// kernel must agree with.
@@ -181,10 +105,22 @@ pub fn portable_kernels(ty: GgmlType) -> &'static Kernels {
     kern
 }
 
-/// The kernels used for `ty` on this machine. For now always the portable
-/// ones; SIMD variants will be selected here.
+/// The kernels used for `ty` on this machine: the AVX2 builds where the CPU
+/// has AVX2, FMA and F16C, else the portable ones. Both compute the same
+/// bits (tested).
 pub fn kernels(ty: GgmlType) -> &'static Kernels {
-    portable_kernels(ty)
+    simd_kernels(ty).unwrap_or_else(|| portable_kernels(ty))
+}
+
+/// The SIMD build of `ty`'s kernels, if this CPU runs one.
+pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        let i = GgmlType::ALL.iter().position(|&t| t == ty)?;
+        return Some(&AVX2[i]);
+    }
+    let _ = ty;
+    None
 }
 
 /// Bytes for `n` elements of `ty`, panicking (with the type in the message)
@@ -245,6 +181,11 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
 /// in f32, as ggml does, so results agree with ggml-cpu up to the order of
 /// the f32 additions. Panics if a slice length does not match `n`.
 pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    (checked(ty, n, w, a).vec_dot)(n, w, a)
+}
+
+/// The kernels of `ty` after checking both slice lengths against `n`.
+fn checked(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> &'static Kernels {
     let kern = kernels(ty);
     assert_eq!(
         w.len(),
@@ -257,7 +198,7 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
         "{}: activation row length for n={n}",
         kern.vec_dot_type
     );
-    (kern.vec_dot)(n, w, a)
+    kern
 }
 
 /// Quantize f32 activations into `vec_dot_type(ty)` format.
@@ -266,4 +207,126 @@ pub fn quantize_activations(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut out = vec![0u8; bytes_for(at, x.len())];
     quantize_row(at, x, &mut out);
     out
+}
+
+/// Which of ggml-cpu's x86-64 (AVX2) kernel families computes one weight row
+/// x activation row product. They sum the same exact integers but order the
+/// f32 work differently, and matching llama.cpp token for token needs the
+/// same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DotPath {
+    /// `ggml_vec_dot_*`, as [`vec_dot`].
+    VecDot,
+    /// A weight repacked eight rows at a time against a lone activation
+    /// row (`ggml_gemv_*_8x8`).
+    RepackGemv,
+    /// A repacked weight against activation rows taken four at a time
+    /// (`ggml_gemm_*_8x8`).
+    RepackGemm,
+    /// The tiled K-quant matmul (`ggml-cpu/tiled`).
+    Tiled,
+}
+
+/// The path ggml-cpu takes for token `tok` of an `n_tok`-token product with
+/// a `ty` weight of `weight_rows` rows:
+/// - Q4_0 and Q4_K weights whose row count is a multiple of 8 are repacked;
+///   a product runs its first `n_tok - n_tok % 4` tokens through the gemm
+///   kernel and the rest through the gemv kernel;
+/// - other K-quant weights go through the tiled matmul when the product has
+///   at least 8 tokens;
+/// - everything else is a plain vec_dot.
+pub fn dot_path(ty: GgmlType, weight_rows: usize, tok: usize, n_tok: usize) -> DotPath {
+    let k_quant = matches!(ty, T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K);
+    if matches!(ty, T::Q4_0 | T::Q4_K) && weight_rows.is_multiple_of(8) {
+        if tok < n_tok - n_tok % 4 {
+            DotPath::RepackGemm
+        } else {
+            DotPath::RepackGemv
+        }
+    } else if k_quant && n_tok >= 8 {
+        DotPath::Tiled
+    } else {
+        DotPath::VecDot
+    }
+}
+
+/// [`vec_dot`] in the f32 order of `path`; a path that does not exist for
+/// `ty` falls back to [`DotPath::VecDot`].
+pub fn vec_dot_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let kern = checked(ty, n, w, a);
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return path_dot!(path, ty, avx2_twin).unwrap_or(kern.vec_dot)(n, w, a);
+    }
+    path_dot!(path, ty, plain).unwrap_or(kern.vec_dot)(n, w, a)
+}
+
+/// The kernel of a non-default `DotPath`, built by `$build` (`plain` or
+/// `avx2_twin`), or `None` for the plain vec_dot.
+macro_rules! path_dot {
+    ($path:expr, $ty:expr, $build:ident) => {{
+        use kquants::{q2k, q3k, q4k, q5k, q6k};
+        match ($path, $ty) {
+            (DotPath::RepackGemv | DotPath::RepackGemm, T::Q4_0) => {
+                Some($build!(legacy::dot_q4_0_repacked))
+            }
+            (DotPath::RepackGemv, T::Q4_K) => Some($build!(q4k::dot_repack_gemv)),
+            (DotPath::RepackGemm, T::Q4_K) => Some($build!(q4k::dot_repack_gemm)),
+            (DotPath::Tiled, T::Q2_K) => Some($build!(q2k::dot_tiled)),
+            (DotPath::Tiled, T::Q3_K) => Some($build!(q3k::dot_tiled)),
+            (DotPath::Tiled, T::Q4_K) => Some($build!(q4k::dot_tiled)),
+            (DotPath::Tiled, T::Q5_K) => Some($build!(q5k::dot_tiled)),
+            (DotPath::Tiled, T::Q6_K) => Some($build!(q6k::dot_tiled)),
+            _ => None,
+        }
+    }};
+}
+use path_dot;
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// Every AVX2 twin returns the bits of its portable original, for every
+    /// type and kernel path, on random blocks (random bytes with sane half
+    /// scales, activations from random floats) of odd block counts.
+    #[test]
+    fn avx2_twins_equal_portable_bit_for_bit() {
+        if !simd::avx2_available() {
+            eprintln!("no AVX2/FMA/F16C here: nothing to compare");
+            return;
+        }
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let paths = [
+            DotPath::VecDot,
+            DotPath::RepackGemv,
+            DotPath::RepackGemm,
+            DotPath::Tiled,
+        ];
+        for (i, &ty) in GgmlType::ALL.iter().enumerate() {
+            for blocks in [1usize, 3, 5] {
+                let n = blocks * ty.block_size();
+                let mut w = vec![0u8; bytes_for(ty, n)];
+                let wf: Vec<f32> = (0..n)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                quantize_row(ty, &wf, &mut w);
+                let xf: Vec<f32> = (0..n)
+                    .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                    .collect();
+                let a = quantize_activations(ty, &xf);
+                for path in paths {
+                    let p = path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, &a);
+                    let v = path_dot!(path, ty, avx2_twin).unwrap_or(AVX2[i].vec_dot)(n, &w, &a);
+                    assert_eq!(p.to_bits(), v.to_bits(), "{ty} {path:?} n={n}: {p} vs {v}");
+                }
+            }
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! and exact agreement with gguf-py's independent numpy dequantizers.
 
 use kestrel_quant::{
-    dequantize_row, quantize_activations, quantize_row, vec_dot, vec_dot_type, GgmlType,
+    dequantize_row, quantize_activations, quantize_row, vec_dot, vec_dot_on, vec_dot_type, DotPath,
+    GgmlType,
 };
 
 /// Tiny deterministic generator (xorshift64*), so tests need no rand crate.
@@ -172,6 +173,12 @@ fn vec_dot_matches_dequantized_dot() {
             let a = quantize_activations(ty, &ax);
             assert_eq!(a.len() as u64, at.row_bytes(n as u64).unwrap(), "{ty}");
             let got = f64::from(vec_dot(ty, n, &w, &a));
+            // Every kernel path's f32 order: the same tolerance applies.
+            let paths = [DotPath::RepackGemv, DotPath::RepackGemm, DotPath::Tiled];
+            let other: Vec<f64> = paths
+                .iter()
+                .map(|&p| f64::from(vec_dot_on(p, ty, n, &w, &a)))
+                .collect();
 
             // Tight: the same quantities, dequantized and multiplied in f64.
             // Only f32 rounding separates the two (block scale products and
@@ -194,6 +201,12 @@ fn vec_dot_matches_dequantized_dot() {
                 (got - exact).abs() <= tight,
                 "{ty} n={n}: vec_dot {got} vs dequantized {exact} (tol {tight})"
             );
+            for (p, v) in paths.iter().zip(&other) {
+                assert!(
+                    (v - exact).abs() <= tight,
+                    "{ty} n={n} {p:?}: {v} vs dequantized {exact} (tol {tight})"
+                );
+            }
 
             // Loose: against the original f32 data. By Cauchy-Schwarz the
             // quantization error is at most |dw|*|a| + |w~|*|da|, and the

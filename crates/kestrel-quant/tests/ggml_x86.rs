@@ -1,14 +1,17 @@
 //! Parity with a real x86-64 (AVX2) ggml-cpu build, recorded by
 //! scripts/quant/gen_ggml_x86_fixtures.py: the activation quantizers must be
-//! byte-identical, and dots may differ only by f32 summation order.
+//! byte-identical, and dots and whole matrix products (computed along the
+//! kernel path ggml takes for their batch shape) bit-identical.
 
-use kestrel_quant::{dequantize_row, quantize_row, vec_dot, vec_dot_type, GgmlType};
+use kestrel_quant::{dot_path, quantize_activations, quantize_row, vec_dot, vec_dot_on, GgmlType};
 
 /// One fixture record: its header words and its tagged data lines.
 struct Record {
     kind: String,
     ty: GgmlType,
     n: usize,
+    /// Every number of the header, `n` first.
+    dims: Vec<usize>,
     bytes: Vec<Vec<u8>>,
     f32s: Vec<Vec<f32>>,
 }
@@ -35,6 +38,7 @@ fn load() -> Vec<Record> {
                         .find(|t| t.name() == p[1])
                         .unwrap(),
                     n: p[2].parse().unwrap(),
+                    dims: p[2..].iter().map(|v| v.parse().unwrap()).collect(),
                     bytes: Vec::new(),
                     f32s: Vec::new(),
                 });
@@ -74,29 +78,56 @@ fn activation_quantizers_match_ggml_x86_bytes() {
 }
 
 #[test]
-fn dots_match_ggml_x86_up_to_summation_order() {
+fn dots_match_ggml_x86_bit_for_bit() {
     let mut count = 0;
     for r in load().into_iter().filter(|r| r.kind == "dot") {
         let (w, a) = (&r.bytes[0], &r.bytes[1]);
-        let want = f64::from(r.f32s[0][0]);
-        let got = f64::from(vec_dot(r.ty, r.n, w, a));
-        // Scale of the rounding: the sum of |products| of the dequantized rows.
-        let mut wd = vec![0.0; r.n];
-        let mut ad = vec![0.0; r.n];
-        dequantize_row(r.ty, w, &mut wd);
-        dequantize_row(vec_dot_type(r.ty), a, &mut ad);
-        let mag: f64 = wd
-            .iter()
-            .zip(&ad)
-            .map(|(&p, &q)| f64::from(p * q).abs())
-            .sum();
-        let tol = 2e-6 * mag;
-        assert!(
-            (got - want).abs() <= tol,
-            "{}: ours {got} vs ggml {want} (tol {tol})",
+        let want = r.f32s[0][0];
+        let got = vec_dot(r.ty, r.n, w, a);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{}: ours {got} vs ggml {want}",
             r.ty
         );
         count += 1;
     }
     assert_eq!(count, 10, "one dot per quantized weight type");
+}
+
+#[test]
+fn matmuls_match_ggml_x86_bit_for_bit() {
+    let mut report = Vec::new();
+    let mut count = 0;
+    for r in load().into_iter().filter(|r| r.kind == "matmul") {
+        let [k, rows, n_tok, _repack] = r.dims[..] else {
+            panic!("matmul header")
+        };
+        let (w, x, want) = (&r.bytes[0], &r.f32s[0], &r.f32s[1]);
+        let rb = w.len() / rows;
+        let acts: Vec<Vec<u8>> = x
+            .chunks_exact(k)
+            .map(|t| quantize_activations(r.ty, t))
+            .collect();
+        let mut differ = 0;
+        for (t, a) in acts.iter().enumerate() {
+            let path = dot_path(r.ty, rows, t, n_tok);
+            for row in 0..rows {
+                let got = vec_dot_on(path, r.ty, k, &w[row * rb..(row + 1) * rb], a);
+                if got.to_bits() != want[t * rows + row].to_bits() {
+                    differ += 1;
+                }
+            }
+        }
+        if differ > 0 {
+            report.push(format!(
+                "{} {k}x{rows} x {n_tok} tokens: {differ} of {} differ",
+                r.ty,
+                rows * n_tok
+            ));
+        }
+        count += 1;
+    }
+    assert_eq!(count, 13, "matmul records");
+    assert!(report.is_empty(), "{}", report.join("\n"));
 }

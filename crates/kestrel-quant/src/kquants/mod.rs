@@ -22,6 +22,110 @@ pub(crate) mod q6k;
 
 pub(crate) use crate::q8k::QK_K;
 
+/// One weight super-block against one Q8_K block, before any f32 work: the
+/// exact integer sums and the weight's half-precision factors.
+pub(crate) struct SuperBlock {
+    /// Sum over sub-blocks of scale * sum(q * a), with q signed as the
+    /// format defines it.
+    pub sum: i32,
+    /// Sum over sub-blocks of min * sum(a) (0 for formats without minimums).
+    pub sum_min: i32,
+    pub d: f32,
+    /// 0 for formats without minimums.
+    pub dmin: f32,
+}
+
+/// A weight super-block unpacked for the integer work: quants as the format
+/// defines them (signed where it subtracts an offset), and the scale and
+/// minimum of every 16-element run (formats with 32-element sub-blocks repeat
+/// each value twice).
+pub(crate) struct Unpacked {
+    pub q: [i8; QK_K],
+    pub scale: [i32; 16],
+    pub min: [i32; 16],
+}
+
+impl Unpacked {
+    /// Builds one from per-element quants and per-16 scale/min lookups.
+    #[inline(always)]
+    pub fn from_fns(
+        q: impl Fn(usize) -> i32,
+        scale: impl Fn(usize) -> i32,
+        min: impl Fn(usize) -> i32,
+    ) -> Unpacked {
+        Unpacked {
+            q: std::array::from_fn(|e| q(e) as i8),
+            scale: std::array::from_fn(&scale),
+            min: std::array::from_fn(&min),
+        }
+    }
+
+    /// Sums of 4 consecutive products with the activation quants, exact.
+    #[inline(always)]
+    pub fn quads(&self, ba: &[u8]) -> [i32; 64] {
+        let a: &[u8; QK_K] = ba[4..4 + QK_K].try_into().expect("Q8_K block");
+        let mut out = [0i32; 64];
+        for ((o, q), a) in out
+            .iter_mut()
+            .zip(self.q.chunks_exact(4))
+            .zip(a.chunks_exact(4))
+        {
+            *o = q
+                .iter()
+                .zip(a)
+                .map(|(&q, &a)| i32::from(q) * i32::from(a as i8))
+                .sum();
+        }
+        out
+    }
+
+    /// The integer lanes of ggml's AVX2 K-quant dots: lane l sums
+    /// `scale * q * a` over the elements e with `e % 32` in 4l..4l+4.
+    #[inline(always)]
+    pub fn lanes(&self, quads: &[i32; 64]) -> [i32; 8] {
+        let mut lanes = [0i32; 8];
+        for (g, &s) in quads.iter().enumerate() {
+            lanes[g % 8] += self.scale[g / 4] * s;
+        }
+        lanes
+    }
+
+    /// Sum of `scale * q * a` over the 16-element runs `runs`.
+    #[inline(always)]
+    pub fn scaled_sum(&self, quads: &[i32; 64], runs: std::ops::Range<usize>) -> i32 {
+        runs.map(|i| {
+            self.scale[i] * (quads[4 * i] + quads[4 * i + 1] + quads[4 * i + 2] + quads[4 * i + 3])
+        })
+        .sum()
+    }
+
+    /// Sum of `min * sum(a)` over the 16-element runs `runs`.
+    #[inline(always)]
+    pub fn min_sum(&self, ba: &[u8], runs: std::ops::Range<usize>) -> i32 {
+        runs.map(|i| self.min[i] * crate::q8k::bsum(ba, i)).sum()
+    }
+}
+
+/// ggml-cpu's tiled K-quant matmul (`ggml-cpu/tiled`, AVX2), which takes
+/// every product whose weight is not repacked and which has at least 8
+/// activation rows. Per super-block: `r = d * sum`, then
+/// `r = r - dmin * sum_min` fused, then `acc += r * d_a` fused, in order.
+#[inline(always)]
+pub(crate) fn dot_tiled(
+    w: &[u8],
+    a: &[u8],
+    block: usize,
+    parts: fn(&[u8], &[u8]) -> SuperBlock,
+) -> f32 {
+    let mut acc = 0f32;
+    for (bw, ba) in w.chunks_exact(block).zip(a.chunks_exact(crate::q8k::BLOCK)) {
+        let p = parts(bw, ba);
+        let r = (-p.dmin).mul_add(p.sum_min as f32, p.d * p.sum as f32);
+        acc = r.mul_add(crate::q8k::d(ba), acc);
+    }
+    acc
+}
+
 /// Rounds to the nearest half and back, so quantizers can work with the
 /// scale value that dequantization will actually see.
 pub(crate) fn round_f16(x: f32) -> f32 {

@@ -6,7 +6,7 @@
 //! element 32*j + l (j = 0..4, l = 0..32) lives in byte `qs[32n + l]` at bit
 //! offset 2j.
 
-use super::{affine_quant, affine_scales, QK_K};
+use super::{affine_quant, affine_scales, SuperBlock, Unpacked, QK_K};
 use crate::float::{read_f16, write_f16};
 use crate::q8k;
 
@@ -57,23 +57,47 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
-        let mut isum = 0i32;
-        let mut summ = 0i32;
-        for j in 0..16 {
-            let s = bw[j];
-            let sub: i32 = (16 * j..16 * j + 16)
-                .map(|e| quant(bw, e) * q8k::q(ba, e))
-                .sum();
-            isum += i32::from(s & 0x0f) * sub;
-            summ += i32::from(s >> 4) * q8k::bsum(ba, j);
-        }
-        let da = q8k::d(ba);
-        let dall = da * read_f16(bw, D);
-        let dmin = da * read_f16(bw, DMIN);
-        sum += dall * isum as f32 - dmin * summ as f32;
+#[inline(always)]
+fn unpack(bw: &[u8]) -> Unpacked {
+    Unpacked::from_fns(
+        |e| quant(bw, e),
+        |i| i32::from(bw[i] & 0x0f),
+        |i| i32::from(bw[i] >> 4),
+    )
+}
+
+#[inline(always)]
+pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
+    let u = unpack(bw);
+    SuperBlock {
+        sum: u.scaled_sum(&u.quads(ba), 0..16),
+        sum_min: u.min_sum(ba, 0..16),
+        d: read_f16(bw, D),
+        dmin: read_f16(bw, DMIN),
     }
-    sum
+}
+
+/// Follows ggml's AVX2 kernel lane for lane (see [`Unpacked::lanes`]): per
+/// super-block each lane first takes two 16-element runs' minimum terms
+/// (lane l: runs 2l and 2l+1), then its share of the scaled products.
+#[inline(always)]
+pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
+        let da = q8k::d(ba);
+        let d = da * read_f16(bw, D);
+        let dmin = -da * read_f16(bw, DMIN);
+        let u = unpack(bw);
+        let sums = u.lanes(&u.quads(ba));
+        for (l, lane) in acc.iter_mut().enumerate() {
+            *lane = dmin.mul_add(u.min_sum(ba, 2 * l..2 * l + 2) as f32, *lane);
+            *lane = d.mul_add(sums[l] as f32, *lane);
+        }
+    }
+    crate::lanes::hsum8(&acc)
+}
+
+#[inline(always)]
+pub(crate) fn dot_tiled(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    super::dot_tiled(w, a, BLOCK, parts)
 }

@@ -11,7 +11,7 @@
 //! in the high nibble of byte i-8 (i >= 8), and its top two bits in byte
 //! 8 + i%4 at bit offset 2*(i/4).
 
-use super::{symmetric_quant, symmetric_scales, QK_K};
+use super::{symmetric_quant, symmetric_scales, SuperBlock, Unpacked, QK_K};
 use crate::float::{read_f16, write_f16};
 use crate::q8k;
 
@@ -85,19 +85,39 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
-        let mut isum = 0i32;
-        for j in 0..16 {
-            let sub: i32 = (16 * j..16 * j + 16)
-                .map(|e| quant(bw, e) * q8k::q(ba, e))
-                .sum();
-            isum += scale(bw, j) * sub;
-        }
-        sum += q8k::d(ba) * read_f16(bw, D) * isum as f32;
+#[inline(always)]
+fn unpack(bw: &[u8]) -> Unpacked {
+    Unpacked::from_fns(|e| quant(bw, e), |i| scale(bw, i), |_| 0)
+}
+
+#[inline(always)]
+pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
+    let u = unpack(bw);
+    SuperBlock {
+        sum: u.scaled_sum(&u.quads(ba), 0..16),
+        sum_min: 0,
+        d: read_f16(bw, D),
+        dmin: 0.0,
     }
-    sum
+}
+
+/// Follows ggml's AVX2 kernel lane for lane (see [`Unpacked::lanes`]).
+#[inline(always)]
+pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
+        let d = q8k::d(ba) * read_f16(bw, D);
+        let u = unpack(bw);
+        for (lane, s) in acc.iter_mut().zip(u.lanes(&u.quads(ba))) {
+            *lane = d.mul_add(s as f32, *lane);
+        }
+    }
+    crate::lanes::hsum8(&acc)
+}
+
+#[inline(always)]
+pub(crate) fn dot_tiled(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    super::dot_tiled(w, a, BLOCK, parts)
 }
 
 #[cfg(test)]

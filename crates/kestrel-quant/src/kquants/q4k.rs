@@ -5,7 +5,9 @@
 //! Placement: sub-block j keeps its quants in bytes `qs[32*(j/2) ..][..32]`,
 //! in the low nibble for even j and the high nibble for odd j.
 
-use super::{affine_quant, affine_scales, k4_scale_min, pack_k4_scales, QK_K};
+use super::{
+    affine_quant, affine_scales, k4_scale_min, pack_k4_scales, SuperBlock, Unpacked, QK_K,
+};
 use crate::float::{read_f16, write_f16};
 use crate::q8k;
 
@@ -58,6 +60,7 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
 /// Follows ggml's AVX2 kernel lane for lane (see `crate::lanes`): lane l
 /// collects, from every 32-element sub-block, the scaled products of elements
 /// 4l..4l+3; the mins go through four lanes of their own.
+#[inline(always)]
 pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     let mut acc_m = [0f32; 4];
@@ -65,26 +68,90 @@ pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
         let da = q8k::d(ba);
         let d = da * read_f16(bw, D);
         let dmin = -da * read_f16(bw, DMIN);
-        let mut sumi = [0i32; 8];
-        let mut mins = [0i32; 8];
-        for (j, min) in mins.iter_mut().enumerate() {
-            let (sc, m) = k4_scale_min(&bw[SCALES..], j);
-            *min = i32::from(m);
-            for (l, lane) in sumi.iter_mut().enumerate() {
-                let base = 32 * j + 4 * l;
-                let s: i32 = (base..base + 4).map(|e| quant(bw, e) * q8k::q(ba, e)).sum();
-                *lane += i32::from(sc) * s;
-            }
-        }
-        for (lane, &s) in acc.iter_mut().zip(&sumi) {
+        let u = unpack(bw);
+        let lanes = u.lanes(&u.quads(ba));
+        for (lane, &s) in acc.iter_mut().zip(&lanes) {
             *lane = d.mul_add(s as f32, *lane);
         }
         for (p, lane) in acc_m.iter_mut().enumerate() {
-            let sub = |j: usize| q8k::bsum(ba, 2 * j) + q8k::bsum(ba, 2 * j + 1);
-            let prod = mins[2 * p] * sub(2 * p) + mins[2 * p + 1] * sub(2 * p + 1);
-            *lane = dmin.mul_add(prod as f32, *lane);
+            *lane = dmin.mul_add(u.min_sum(ba, 4 * p..4 * p + 4) as f32, *lane);
         }
     }
     let m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
     crate::lanes::hsum8(&acc) + m
+}
+
+/// Quants, scales and minimums of a block, for the integer work.
+#[inline(always)]
+fn unpack(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK_K];
+    for p in 0..4 {
+        for l in 0..32 {
+            let v = b[QS + 32 * p + l];
+            q[64 * p + l] = (v & 0x0f) as i8;
+            q[64 * p + 32 + l] = (v >> 4) as i8;
+        }
+    }
+    let sm: [(u8, u8); 8] = std::array::from_fn(|j| k4_scale_min(&b[SCALES..], j));
+    Unpacked {
+        q,
+        scale: std::array::from_fn(|i| i32::from(sm[i / 2].0)),
+        min: std::array::from_fn(|i| i32::from(sm[i / 2].1)),
+    }
+}
+
+#[inline(always)]
+pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
+    let u = unpack(bw);
+    let quads = u.quads(ba);
+    SuperBlock {
+        sum: u.scaled_sum(&quads, 0..16),
+        sum_min: u.min_sum(ba, 0..16),
+        d: read_f16(bw, D),
+        dmin: read_f16(bw, DMIN),
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_tiled(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    super::dot_tiled(w, a, BLOCK, parts)
+}
+
+/// The f32 order of ggml-cpu's AVX2 kernels for Q4_K weights repacked eight
+/// rows at a time (the CPU_REPACK buffer, used whenever the weight's row
+/// count is a multiple of 8). Every `group` sub-blocks contribute one FMA of
+/// their integer sum with `d_w * d_a` and one of their minimum sum with
+/// `dmin_w * d_a`, in two accumulators subtracted at the end: `group` is 8
+/// (a whole super-block) for a lone activation row (`gemv_q4_K_8x8_q8_K`)
+/// and 2 for rows taken four at a time (`gemm_q4_K_8x8_q8_K`).
+#[inline(always)]
+fn dot_repacked(w: &[u8], a: &[u8], group: usize) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
+        let da = q8k::d(ba);
+        let scale = read_f16(bw, D) * da;
+        let scale_min = read_f16(bw, DMIN) * da;
+        let u = unpack(bw);
+        let quads = u.quads(ba);
+        for j0 in (0..8).step_by(group) {
+            let runs = 2 * j0..2 * (j0 + group);
+            let sum = u.scaled_sum(&quads, runs.clone());
+            let sum_min = u.min_sum(ba, runs);
+            acc = (sum as f32).mul_add(scale, acc);
+            acc_min = (sum_min as f32).mul_add(scale_min, acc_min);
+        }
+    }
+    acc - acc_min
+}
+
+/// See [`dot_repacked`]: one activation row (`gemv`).
+#[inline(always)]
+pub(crate) fn dot_repack_gemv(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_repacked(w, a, 8)
+}
+
+/// See [`dot_repacked`]: one of four activation rows (`gemm`).
+#[inline(always)]
+pub(crate) fn dot_repack_gemm(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_repacked(w, a, 2)
 }

@@ -3,7 +3,9 @@
 //! Value = d*scale*q - dmin*min, q 0..=31; element l of sub-block j has its
 //! fifth bit in `qh[l]` at bit j.
 
-use super::{affine_quant, affine_scales, k4_scale_min, pack_k4_scales, QK_K};
+use super::{
+    affine_quant, affine_scales, k4_scale_min, pack_k4_scales, SuperBlock, Unpacked, QK_K,
+};
 use crate::float::{read_f16, write_f16};
 use crate::q8k;
 
@@ -57,23 +59,48 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
-        let mut isum = 0i32;
-        let mut summ = 0i32;
-        for j in 0..8 {
-            let (sc, m) = k4_scale_min(&bw[SCALES..], j);
-            let sub: i32 = (32 * j..32 * j + 32)
-                .map(|e| quant(bw, e) * q8k::q(ba, e))
-                .sum();
-            isum += i32::from(sc) * sub;
-            summ += i32::from(m) * (q8k::bsum(ba, 2 * j) + q8k::bsum(ba, 2 * j + 1));
-        }
-        let da = q8k::d(ba);
-        let dall = da * read_f16(bw, D);
-        let dmin = da * read_f16(bw, DMIN);
-        sum += dall * isum as f32 - dmin * summ as f32;
+#[inline(always)]
+fn unpack(bw: &[u8]) -> Unpacked {
+    let sm: [(u8, u8); 8] = std::array::from_fn(|j| k4_scale_min(&bw[SCALES..], j));
+    Unpacked::from_fns(
+        |e| quant(bw, e),
+        |i| i32::from(sm[i / 2].0),
+        |i| i32::from(sm[i / 2].1),
+    )
+}
+
+#[inline(always)]
+pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
+    let u = unpack(bw);
+    SuperBlock {
+        sum: u.scaled_sum(&u.quads(ba), 0..16),
+        sum_min: u.min_sum(ba, 0..16),
+        d: read_f16(bw, D),
+        dmin: read_f16(bw, DMIN),
     }
-    sum
+}
+
+/// Follows ggml's AVX2 kernel lane for lane (see [`Unpacked::lanes`]); the
+/// minimum terms go into one scalar sum, one fused multiply-add per
+/// super-block, added after the lanes are reduced.
+#[inline(always)]
+pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
+        let da = q8k::d(ba);
+        let d = da * read_f16(bw, D);
+        let dmin = -da * read_f16(bw, DMIN);
+        let u = unpack(bw);
+        summs = dmin.mul_add(u.min_sum(ba, 0..16) as f32, summs);
+        for (lane, s) in acc.iter_mut().zip(u.lanes(&u.quads(ba))) {
+            *lane = d.mul_add(s as f32, *lane);
+        }
+    }
+    crate::lanes::hsum8(&acc) + summs
+}
+
+#[inline(always)]
+pub(crate) fn dot_tiled(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    super::dot_tiled(w, a, BLOCK, parts)
 }

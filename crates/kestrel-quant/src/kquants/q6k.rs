@@ -6,7 +6,7 @@
 //! l = 0..32) has its low nibble in `ql[64n + l + 32*(k%2)]` (low nibble for
 //! k < 2, high for k >= 2) and its top bits in `qh[32n + l]` at shift 2k.
 
-use super::{symmetric_quant, symmetric_scales, QK_K};
+use super::{symmetric_quant, symmetric_scales, SuperBlock, Unpacked, QK_K};
 use crate::float::{read_f16, write_f16};
 use crate::q8k;
 
@@ -60,23 +60,53 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Quants (signed, -32..=31) and scales of a block, for the integer work.
+#[inline(always)]
+fn unpack(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK_K];
+    for n in 0..2 {
+        for l in 0..32 {
+            let h = b[QH + 32 * n + l];
+            for k in 0..4 {
+                let low = (b[64 * n + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0f;
+                q[128 * n + 32 * k + l] = (low | (((h >> (2 * k)) & 3) << 4)) as i8 - 32;
+            }
+        }
+    }
+    Unpacked {
+        q,
+        scale: std::array::from_fn(|i| scale(b, i)),
+        min: [0; 16],
+    }
+}
+
+#[inline(always)]
+pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
+    let u = unpack(bw);
+    SuperBlock {
+        sum: u.scaled_sum(&u.quads(ba), 0..16),
+        sum_min: 0,
+        d: read_f16(bw, D),
+        dmin: 0.0,
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_tiled(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    super::dot_tiled(w, a, BLOCK, parts)
+}
+
 /// Follows ggml's AVX2 kernel lane for lane (see `crate::lanes`): quants are
 /// taken unsigned (0..=63) and the offset of 32 comes off per lane through the
 /// activation block sums.
+#[inline(always)]
 pub(crate) fn vec_dot(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (bw, ba) in w.chunks_exact(BLOCK).zip(a.chunks_exact(q8k::BLOCK)) {
         let d = q8k::d(ba) * read_f16(bw, D);
-        let mut sumi = [0i32; 8];
-        for c in 0..8 {
-            for (l, lane) in sumi.iter_mut().enumerate() {
-                let base = 32 * c + 4 * l;
-                let s: i32 = (base..base + 4)
-                    .map(|e| (quant(bw, e) + 32) * q8k::q(ba, e))
-                    .sum();
-                *lane += scale(bw, 2 * c + l / 4) * s;
-            }
-        }
+        let mut u = unpack(bw);
+        u.q.iter_mut().for_each(|q| *q += 32);
+        let sumi = u.lanes(&u.quads(ba));
         for (l, lane) in acc.iter_mut().enumerate() {
             let offset = 32
                 * (q8k::bsum(ba, 2 * l) * scale(bw, 2 * l)
