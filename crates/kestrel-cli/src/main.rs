@@ -1,5 +1,7 @@
 //! The `kestrel` command line: flags follow llama.cpp's names where they overlap.
 
+mod bench;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +31,8 @@ enum Command {
     Tokenize(TokenizeArgs),
     /// Describe a GGUF file: architecture, hyperparameters, tokenizer, tensors.
     Inspect(InspectArgs),
+    /// Measure prompt and generation speed as llama-bench does.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -95,11 +99,24 @@ struct InspectArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are not errors; every usage error exits 1, as
+            // the other errors do (clap's own code would be 2).
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let result = match cli.command {
         Command::Run(a) => run(a),
         Command::Tokenize(a) => tokenize(a),
         Command::Inspect(a) => inspect(a),
+        Command::Bench(a) => bench::bench(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,11 +4,15 @@
 //! (decode, short prompts) convert Q to f16 and accumulate V in f16; larger
 //! batches work in f32.
 
-use crate::ops::dot_f16;
-use kestrel_quant::{f16_to_f32, f32_to_f16};
+use kestrel_quant::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_mad_f16, f32_to_f16_row};
+use rayon::prelude::*;
+use rayon::ThreadPool;
 
 /// ggml switches to its tiled f32 kernel at this many query rows.
 const TILED_MIN_QUERIES: usize = 64;
+
+/// Below about this many multiply-adds a call runs on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 pub struct AttnShape {
     pub n_head: usize,
@@ -23,6 +27,7 @@ pub struct AttnShape {
 
 /// q: n_tok rows of n_head*head_dim_k at positions pos0..; k/v cache rows hold
 /// n_head_kv heads per position. Returns n_tok rows of n_head*head_dim_v.
+/// Query rows (or, for one token, heads) are spread over the pool's workers.
 pub fn attend(
     s: &AttnShape,
     q: &[f32],
@@ -30,79 +35,98 @@ pub fn attend(
     vc: &[u16],
     pos0: usize,
     n_tok: usize,
+    pool: &ThreadPool,
 ) -> Vec<f32> {
+    let dv = s.head_dim_v;
+    let mut out = vec![0f32; n_tok * s.n_head * dv];
+    let work = n_tok * s.n_head * (pos0 + n_tok) * (s.head_dim_k + dv);
+    let one = |i: usize, dst: &mut [f32]| {
+        // Chunk i is query row i, or head i of the single query row.
+        if n_tok == 1 {
+            head(s, q, kc, vc, pos0, n_tok, 0, i, dst);
+        } else {
+            for (h, d) in dst.chunks_exact_mut(dv).enumerate() {
+                head(s, q, kc, vc, pos0, n_tok, i, h, d);
+            }
+        }
+    };
+    let chunk = if n_tok == 1 { dv } else { s.n_head * dv };
+    if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
+        out.chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, d)| one(i, d));
+    } else {
+        pool.install(|| {
+            out.par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, d)| one(i, d))
+        });
+    }
+    out
+}
+
+/// Attention of query row `t`, head `h`, into `dst` (head_dim_v values).
+#[allow(clippy::too_many_arguments)]
+fn head(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    n_tok: usize,
+    t: usize,
+    h: usize,
+    dst: &mut [f32],
+) {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
     let k_w = s.n_head_kv * dk;
     let v_w = s.n_head_kv * dv;
-    let group = s.n_head / s.n_head_kv;
-    let mut out = vec![0f32; n_tok * s.n_head * dv];
-    let tiled = n_tok >= TILED_MIN_QUERIES;
-    let mut q16 = vec![0u16; dk];
-    let mut acc16 = vec![0u16; dv];
-    let mut acc32 = vec![0f32; dv];
-    let mut kf = vec![0f32; dk];
-    for t in 0..n_tok {
-        let p = pos0 + t;
-        let lo = if s.window > 0 {
-            (p + 1).saturating_sub(s.window)
-        } else {
-            0
-        };
-        for h in 0..s.n_head {
-            let kvh = h / group;
-            let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
-            let dst = &mut out[(t * s.n_head + h) * dv..(t * s.n_head + h + 1) * dv];
-            let mut m = f32::NEG_INFINITY;
-            let mut sum = 0f32;
-            if tiled {
-                acc32.iter_mut().for_each(|a| *a = 0.0);
-                for j in lo..=p {
-                    let kr = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-                    kr.iter()
-                        .zip(kf.iter_mut())
-                        .for_each(|(&a, b)| *b = f16_to_f32(a));
-                    let sc = qh.iter().zip(&kf).map(|(a, b)| a * b).sum::<f32>() * s.scale;
-                    let vr = &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
-                    let (ms, vs) = online_step(&mut m, sc);
-                    if ms != 1.0 {
-                        acc32.iter_mut().for_each(|a| *a *= ms);
-                    }
-                    for (a, &vv) in acc32.iter_mut().zip(vr) {
-                        *a = f16_to_f32(vv).mul_add(vs, *a);
-                    }
-                    sum = sum.mul_add(ms, vs);
-                }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                dst.iter_mut().zip(&acc32).for_each(|(d, a)| *d = a * inv);
-            } else {
-                qh.iter()
-                    .zip(q16.iter_mut())
-                    .for_each(|(&a, b)| *b = f32_to_f16(a));
-                acc16.iter_mut().for_each(|a| *a = 0);
-                for j in lo..=p {
-                    let kr = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-                    let sc = dot_f16(kr, &q16) * s.scale;
-                    let vr = &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
-                    let (ms, vs) = online_step(&mut m, sc);
-                    if ms != 1.0 {
-                        acc16
-                            .iter_mut()
-                            .for_each(|a| *a = f32_to_f16(f16_to_f32(*a) * ms));
-                    }
-                    for (a, &vv) in acc16.iter_mut().zip(vr) {
-                        *a = f32_to_f16(f16_to_f32(vv).mul_add(vs, f16_to_f32(*a)));
-                    }
-                    sum = sum.mul_add(ms, vs);
-                }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                dst.iter_mut()
-                    .zip(&acc16)
-                    .for_each(|(d, &a)| *d = f16_to_f32(a) * inv);
+    let kvh = h / (s.n_head / s.n_head_kv);
+    let p = pos0 + t;
+    let lo = if s.window > 0 {
+        (p + 1).saturating_sub(s.window)
+    } else {
+        0
+    };
+    let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
+    let key = |j: usize| &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
+    let value = |j: usize| &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
+    let mut m = f32::NEG_INFINITY;
+    let mut sum = 0f32;
+    if n_tok >= TILED_MIN_QUERIES {
+        let mut kf = vec![0f32; dk];
+        let mut acc = vec![0f32; dv];
+        for j in lo..=p {
+            f16_to_f32_row(key(j), &mut kf);
+            let sc = qh.iter().zip(&kf).map(|(a, b)| a * b).sum::<f32>() * s.scale;
+            let (ms, vs) = online_step(&mut m, sc);
+            if ms != 1.0 {
+                acc.iter_mut().for_each(|a| *a *= ms);
             }
+            f32_mad_f16(&mut acc, value(j), vs);
+            sum = sum.mul_add(ms, vs);
         }
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        dst.iter_mut().zip(&acc).for_each(|(d, a)| *d = a * inv);
+    } else {
+        let mut q16 = vec![0u16; dk];
+        let mut acc = vec![0u16; dv];
+        f32_to_f16_row(qh, &mut q16);
+        for j in lo..=p {
+            let sc = f16_dot(key(j), &q16) * s.scale;
+            let (ms, vs) = online_step(&mut m, sc);
+            if ms != 1.0 {
+                f16_scale(&mut acc, ms);
+            }
+            f16_mad(&mut acc, value(j), vs);
+            sum = sum.mul_add(ms, vs);
+        }
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        let mut wide = vec![0f32; dv];
+        f16_to_f32_row(&acc, &mut wide);
+        dst.iter_mut().zip(&wide).for_each(|(d, a)| *d = a * inv);
     }
-    out
 }
 
 /// One online-softmax step for score `s`: returns (factor for the running
@@ -120,6 +144,7 @@ fn online_step(m: &mut f32, s: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kestrel_quant::{f16_to_f32, f32_to_f16};
 
     /// Plain softmax attention in f64 over f16-rounded inputs.
     fn reference(
@@ -190,7 +215,11 @@ mod tests {
             let kc: Vec<u16> = (0..n_pos * 2 * 32).map(|_| f32_to_f16(rnd())).collect();
             let vc: Vec<u16> = (0..n_pos * 2 * 32).map(|_| f32_to_f16(rnd())).collect();
             let q: Vec<f32> = (0..n_tok * 4 * 32).map(|_| rnd() * 2.0).collect();
-            let got = attend(&s, &q, &kc, &vc, pos0, n_tok);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let got = attend(&s, &q, &kc, &vc, pos0, n_tok, &pool);
             let want = reference(&s, &q, &kc, &vc, pos0, n_tok);
             // The short-batch path accumulates in f16 (about 3 decimal digits).
             let tol = if n_tok >= TILED_MIN_QUERIES {

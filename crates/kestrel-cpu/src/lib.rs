@@ -11,7 +11,7 @@ use std::sync::Arc;
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 use kestrel_quant::dequantize_row;
-use matmul::{matmul, matmul_quantized, quantize_rows, MatRef};
+use matmul::{matmul, quantize_rows, run_products, MatRef, Product};
 
 /// Why a model's tensors could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +26,8 @@ pub enum LoadError {
     },
     #[error("tensor '{name}' has type {ty}, which cannot be used there")]
     Type { name: String, ty: GgmlType },
+    #[error("cannot start {0} worker threads: {1}")]
+    Threads(usize, String),
 }
 
 /// Where a weight matrix lives in the file.
@@ -64,7 +66,9 @@ pub struct CpuModel {
     output_norm: Vec<f32>,
     output: Weight,
     layers: Vec<Layer>,
-    threads: usize,
+    /// Persistent workers (rayon: they spin briefly, then sleep), one per
+    /// thread asked for; every parallel op runs on them.
+    pool: rayon::ThreadPool,
 }
 
 /// Keys and values of every layer, stored as f16 like llama.cpp's default cache.
@@ -269,12 +273,16 @@ impl CpuModel {
             output_norm,
             output,
             layers,
-            threads: threads.max(1),
+            pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(threads.max(1))
+                .thread_name(|i| format!("kestrel-cpu-{i}"))
+                .build()
+                .map_err(|e| LoadError::Threads(threads.max(1), e.to_string()))?,
         })
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.current_num_threads()
     }
 
     /// Bytes of weights one decode step reads.
@@ -310,7 +318,7 @@ impl CpuModel {
 
     fn mm(&self, w: &Weight, x: &[f32], n_tok: usize) -> Vec<f32> {
         let mut out = vec![0f32; n_tok * w.rows];
-        matmul(self.mat(w), x, n_tok, &mut out, self.threads);
+        matmul(self.mat(w), x, n_tok, &mut out, &self.pool);
         out
     }
 
@@ -323,16 +331,28 @@ impl CpuModel {
         n_tok: usize,
     ) -> [Vec<f32>; N] {
         let mut cache: Vec<(GgmlType, Vec<Vec<u8>>)> = Vec::new();
-        ws.map(|w| {
+        for w in ws {
             let ty = kestrel_quant::vec_dot_type(w.info.ty);
             if !cache.iter().any(|(t, _)| *t == ty) {
                 cache.push((ty, quantize_rows(w.info.ty, x, w.cols)));
             }
-            let acts = &cache.iter().find(|(t, _)| *t == ty).expect("just cached").1;
-            let mut out = vec![0f32; n_tok * w.rows];
-            matmul_quantized(self.mat(w), acts, &mut out, self.threads);
-            out
-        })
+        }
+        let mut outs = ws.map(|w| vec![0f32; n_tok * w.rows]);
+        let products = ws
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(w, out)| {
+                let ty = kestrel_quant::vec_dot_type(w.info.ty);
+                let acts = &cache.iter().find(|(t, _)| *t == ty).expect("cached").1;
+                Product {
+                    w: self.mat(w),
+                    acts,
+                    out,
+                }
+            })
+            .collect();
+        run_products(products, &self.pool);
+        outs
     }
 
     /// Runs `tokens` at positions `pos0..`, appending their keys and values to
@@ -340,6 +360,37 @@ impl CpuModel {
     /// The caller passes at least one token, keeps `pos0 + tokens.len() <= cache.n_ctx()`
     /// and ids below `n_vocab` (the engine checks all three).
     pub fn forward(
+        &self,
+        tokens: &[u32],
+        pos0: usize,
+        cache: &mut KvCache,
+        which: Logits,
+    ) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if kestrel_quant::avx2_in_use() {
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
+            return unsafe { self.forward_avx2(tokens, pos0, cache, which) };
+        }
+        self.forward_impl(tokens, pos0, cache, which)
+    }
+
+    /// The forward pass compiled with AVX2/FMA/F16C, so the element-wise
+    /// ops inlined into it (norms, RoPE, activations) use hardware FMA
+    /// instead of a libm call. Same operations, same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn forward_avx2(
+        &self,
+        tokens: &[u32],
+        pos0: usize,
+        cache: &mut KvCache,
+        which: Logits,
+    ) -> Vec<f32> {
+        self.forward_impl(tokens, pos0, cache, which)
+    }
+
+    #[inline(always)]
+    fn forward_impl(
         &self,
         tokens: &[u32],
         pos0: usize,
@@ -450,18 +501,14 @@ impl CpuModel {
             let vc = &mut cache.v[il];
             for t in 0..n_tok {
                 let p = pos0 + t;
-                for (d, s) in kc[p * cache.k_width..(p + 1) * cache.k_width]
-                    .iter_mut()
-                    .zip(&k[t * k_dim..(t + 1) * k_dim])
-                {
-                    *d = kestrel_quant::f32_to_f16(*s);
-                }
-                for (d, s) in vc[p * cache.v_width..(p + 1) * cache.v_width]
-                    .iter_mut()
-                    .zip(&v[t * v_dim..(t + 1) * v_dim])
-                {
-                    *d = kestrel_quant::f32_to_f16(*s);
-                }
+                kestrel_quant::f32_to_f16_row(
+                    &k[t * k_dim..(t + 1) * k_dim],
+                    &mut kc[p * cache.k_width..(p + 1) * cache.k_width],
+                );
+                kestrel_quant::f32_to_f16_row(
+                    &v[t * v_dim..(t + 1) * v_dim],
+                    &mut vc[p * cache.v_width..(p + 1) * cache.v_width],
+                );
             }
             let scale = if blk.prescale_q { 1.0 } else { hp.attn_scale };
             let window = if swa { hp.sliding_window } else { 0 };
@@ -479,6 +526,7 @@ impl CpuModel {
                 &cache.v[il],
                 pos0,
                 n_tok,
+                &self.pool,
             );
             let mut o = self.mm(&layer.wo, &attn, n_tok);
             // As llama.cpp, the last layer carries on with only the rows whose

@@ -3,7 +3,8 @@
 //! with, and each weight row is read once for all tokens of a batch.
 
 use kestrel_gguf::GgmlType;
-use kestrel_quant::{dot_path, quantize_activations, vec_dot_on};
+use kestrel_quant::{dot_path, quantize_activations, vec_dot4_on, vec_dot_on};
+use rayon::ThreadPool;
 
 /// A weight matrix in its stored block format: `rows` rows of `cols` elements.
 #[derive(Clone, Copy, Debug)]
@@ -21,13 +22,13 @@ impl MatRef<'_> {
 }
 
 /// Below this many weight bytes a product runs on the calling thread: a
-/// thread hand-off costs more than the work.
+/// hand-off to the workers costs more than the work.
 const PARALLEL_MIN_BYTES: usize = 1 << 16;
 
 /// out[t * w.rows + r] = dot(w row r, x row t) for `n_tok` rows of `x` (each `w.cols` long).
-pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], threads: usize) {
+pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], pool: &ThreadPool) {
     debug_assert_eq!(x.len(), n_tok * w.cols);
-    matmul_quantized(w, &quantize_rows(w.ty, x, w.cols), out, threads);
+    matmul_quantized(w, &quantize_rows(w.ty, x, w.cols), out, pool);
 }
 
 /// Each row of `x` (rows of `cols`) quantized to the activation type that
@@ -40,45 +41,85 @@ pub fn quantize_rows(ty: GgmlType, x: &[f32], cols: usize) -> Vec<Vec<u8>> {
 }
 
 /// As [`matmul`], with activations already quantized by [`quantize_rows`].
-pub fn matmul_quantized(w: MatRef<'_>, acts: &[Vec<u8>], out: &mut [f32], threads: usize) {
-    debug_assert_eq!(out.len(), acts.len() * w.rows);
-    let n_tok = acts.len();
-    let threads = threads.max(1).min(w.rows);
-    if threads == 1 || w.data.len() < PARALLEL_MIN_BYTES {
-        rows_into(w, acts, 0, w.rows, out, w.rows);
+pub fn matmul_quantized(w: MatRef<'_>, acts: &[Vec<u8>], out: &mut [f32], pool: &ThreadPool) {
+    run_products(vec![Product { w, acts, out }], pool);
+}
+
+/// One weight x quantized-activations product; `out` is [tok][row].
+pub struct Product<'a> {
+    pub w: MatRef<'a>,
+    pub acts: &'a [Vec<u8>],
+    pub out: &'a mut [f32],
+}
+
+/// Runs several products in one hand-off to the workers (q/k/v, gate/up):
+/// each product's weight rows are split into one contiguous band per worker,
+/// so every weight byte is read once, by one thread, for all tokens.
+pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
+    let threads = pool.current_num_threads();
+    let bands = |w: &MatRef<'_>| {
+        if threads <= 1 || w.data.len() < PARALLEL_MIN_BYTES {
+            1
+        } else {
+            threads.min(w.rows)
+        }
+    };
+    if threads <= 1 || products.iter().all(|p| bands(&p.w) == 1) {
+        for p in &mut products {
+            debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
+            rows_into(p.w, p.acts, 0, p.w.rows, p.out, p.w.rows);
+        }
         return;
     }
-    // Each thread owns a contiguous band of rows and writes a [band][tok] block,
-    // copied into the [tok][row] output afterwards.
-    let band = w.rows.div_ceil(threads);
-    let mut parts: Vec<Vec<f32>> = Vec::with_capacity(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (1..threads)
-            .map(|i| {
-                let r0 = (i * band).min(w.rows);
-                let r1 = ((i + 1) * band).min(w.rows);
-                s.spawn(move || {
-                    let mut part = vec![0f32; (r1 - r0) * acts.len()];
-                    rows_into(w, acts, r0, r1, &mut part, r1 - r0);
-                    part
+    // With several tokens a band fills its own [tok][band] block, copied into
+    // the [tok][row] output afterwards; with one token it writes in place.
+    let mut parts: Vec<Vec<Vec<f32>>> = products
+        .iter()
+        .map(|p| {
+            let n_tok = p.acts.len();
+            if n_tok == 1 {
+                return Vec::new();
+            }
+            let band = p.w.rows.div_ceil(bands(&p.w));
+            (0..p.w.rows.div_ceil(band))
+                .map(|i| {
+                    vec![0f32; ((i + 1) * band).min(p.w.rows).saturating_sub(i * band) * n_tok]
                 })
-            })
-            .collect();
-        let r1 = band.min(w.rows);
-        let mut first = vec![0f32; r1 * acts.len()];
-        rows_into(w, acts, 0, r1, &mut first, r1);
-        parts.push(first);
-        for h in handles {
-            parts.push(h.join().expect("matmul worker panicked"));
+                .collect()
+        })
+        .collect();
+    pool.scope(|s| {
+        for (p, p_parts) in products.iter_mut().zip(parts.iter_mut()) {
+            debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
+            let (w, acts) = (p.w, p.acts);
+            let band = w.rows.div_ceil(bands(&w));
+            let n_tok = acts.len();
+            if n_tok == 1 {
+                for (i, part) in p.out.chunks_mut(band).enumerate() {
+                    s.spawn(move |_| {
+                        let width = part.len();
+                        rows_into(w, acts, i * band, i * band + width, part, width);
+                    });
+                }
+            } else {
+                for (i, part) in p_parts.iter_mut().enumerate() {
+                    s.spawn(move |_| {
+                        let width = part.len() / n_tok;
+                        rows_into(w, acts, i * band, i * band + width, part, width);
+                    });
+                }
+            }
         }
     });
-    for (i, part) in parts.iter().enumerate() {
-        let r0 = (i * band).min(w.rows);
-        let r1 = ((i + 1) * band).min(w.rows);
-        let width = r1 - r0;
-        for t in 0..n_tok {
-            out[t * w.rows + r0..t * w.rows + r1]
-                .copy_from_slice(&part[t * width..(t + 1) * width]);
+    for (p, p_parts) in products.iter_mut().zip(&parts) {
+        let band = p.w.rows.div_ceil(bands(&p.w));
+        let n_tok = p.acts.len();
+        for (i, part) in p_parts.iter().enumerate() {
+            let (r0, width) = (i * band, part.len() / n_tok);
+            for t in 0..n_tok {
+                p.out[t * p.w.rows + r0..t * p.w.rows + r0 + width]
+                    .copy_from_slice(&part[t * width..(t + 1) * width]);
+            }
         }
     }
 }
@@ -96,9 +137,23 @@ fn rows_into(
     let n_tok = acts.len();
     for r in r0..r1 {
         let row = &w.data[r * rb..(r + 1) * rb];
-        for (t, a) in acts.iter().enumerate() {
+        let mut t = 0;
+        while t < n_tok {
             let path = dot_path(w.ty, w.rows, t, n_tok);
-            out[t * stride + (r - r0)] = vec_dot_on(path, w.ty, w.cols, row, a);
+            // Four tokens on one kernel path share each unpacked weight block.
+            if t + 4 <= n_tok && dot_path(w.ty, w.rows, t + 3, n_tok) == path {
+                let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
+                for (k, v) in vec_dot4_on(path, w.ty, w.cols, row, a)
+                    .into_iter()
+                    .enumerate()
+                {
+                    out[(t + k) * stride + (r - r0)] = v;
+                }
+                t += 4;
+            } else {
+                out[t * stride + (r - r0)] = vec_dot_on(path, w.ty, w.cols, row, &acts[t]);
+                t += 1;
+            }
         }
     }
 }
@@ -153,7 +208,11 @@ mod tests {
                 &mut a,
                 rows,
             );
-            matmul(w, &x, n_tok, &mut b, 3);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .unwrap();
+            matmul(w, &x, n_tok, &mut b, &pool);
             assert_eq!(a, b, "{ty}");
             let mut deq = vec![0f32; cols];
             for r in 0..rows {

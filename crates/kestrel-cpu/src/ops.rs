@@ -7,6 +7,7 @@ use kestrel_quant::{f16_to_f32, f32_to_f16};
 
 /// RMSNorm with weight: y = (x * (1/sqrt(mean(x²) + eps))) * w.
 /// The sum of squares is accumulated in f64, as ggml does.
+#[inline]
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let scale = rms_scale(x, eps);
     for ((yi, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
@@ -15,6 +16,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 }
 
 /// RMSNorm in place.
+#[inline]
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let scale = rms_scale(x, eps);
     for (xi, &wi) in x.iter_mut().zip(w) {
@@ -22,6 +24,7 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+#[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
     let mean = (sum / x.len() as f64) as f32;
@@ -31,6 +34,7 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
 /// Precomputed cos/sin for one position: `cache[2i] = cos θ_i`, `cache[2i+1] = sin θ_i`,
 /// with θ_i = pos · freq_scale · base^(-2i/n_rot), the power built by repeated
 /// multiplication in f32 as ggml builds it.
+#[inline]
 pub fn rope_cache(pos: usize, n_rot: usize, base: f32, freq_scale: f32, cache: &mut Vec<f32>) {
     cache.clear();
     let theta_scale = base.powf(-2.0 / n_rot as f32);
@@ -45,6 +49,7 @@ pub fn rope_cache(pos: usize, n_rot: usize, base: f32, freq_scale: f32, cache: &
 
 /// Rotates the first `n_rot` dims of one head. `neox` pairs (i, i + n_rot/2);
 /// otherwise adjacent pairs (2i, 2i+1).
+#[inline]
 pub fn rope_apply(head: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
     let half = n_rot / 2;
     for i in 0..half {
@@ -65,6 +70,7 @@ pub fn rope_apply(head: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
 
 /// exp(x) by ggml's AVX2 polynomial (`ggml_v_expf`), lane for lane, so that
 /// SiLU matches llama.cpp bit for bit.
+#[inline]
 fn ggml_v_expf(x: f32) -> f32 {
     let r = f32::from_bits(0x4B40_0000); // 0x1.8p23
     let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), r); // log2(e)
@@ -98,16 +104,19 @@ fn ggml_v_expf(x: f32) -> f32 {
 }
 
 /// SiLU as ggml's vectorised path computes it: x / (1 + exp(-x)).
+#[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + ggml_v_expf(-x))
 }
 
 /// ggml's scalar SiLU for the tail of a row that is not a multiple of 8 lanes.
+#[inline]
 fn silu_scalar(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
 /// y[i] = silu(gate[i]) * up[i], with ggml's split between 8-lane SIMD and scalar tail.
+#[inline]
 pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
     let simd = gate.len() / 8 * 8;
     for i in 0..gate.len() {
@@ -122,6 +131,7 @@ pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
 
 /// GELU (tanh form) as ggml computes it on the CPU: through a table indexed by
 /// the f16 rounding of x, whose entries are f16-rounded.
+#[inline]
 pub fn gelu(x: f32) -> f32 {
     if x <= -10.0 {
         return 0.0;
@@ -141,6 +151,7 @@ pub fn gelu(x: f32) -> f32 {
 }
 
 /// y[i] = gelu(gate[i]) * up[i].
+#[inline]
 pub fn geglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
     for i in 0..gate.len() {
         y[i] = if gate[i] >= 10.0 {
@@ -151,42 +162,8 @@ pub fn geglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Dot product of two f16 vectors in ggml's AVX2 order: four 8-lane f32
-/// accumulators over 32-element steps (fused multiply-add), reduced pairwise,
-/// then a scalar f64 tail.
-pub fn dot_f16(a: &[u16], b: &[u16]) -> f32 {
-    let n = a.len().min(b.len());
-    let np = n / 32 * 32;
-    let mut acc = [[0f32; 8]; 4];
-    let mut i = 0;
-    while i < np {
-        for (j, accj) in acc.iter_mut().enumerate() {
-            for (l, lane) in accj.iter_mut().enumerate() {
-                let k = i + j * 8 + l;
-                *lane = f16_to_f32(a[k]).mul_add(f16_to_f32(b[k]), *lane);
-            }
-        }
-        i += 32;
-    }
-    let mut sum = reduce_4x8(&acc) as f64;
-    for k in np..n {
-        sum += (f16_to_f32(a[k]) * f16_to_f32(b[k])) as f64;
-    }
-    sum as f32
-}
-
-/// ggml's GGML_F32x8_REDUCE for four accumulators.
-fn reduce_4x8(acc: &[[f32; 8]; 4]) -> f32 {
-    let [a0, a1, a2, a3] = acc;
-    let mut x = [0f32; 8];
-    for l in 0..8 {
-        x[l] = (a0[l] + a2[l]) + (a1[l] + a3[l]);
-    }
-    let t0 = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
-    (t0[0] + t0[1]) + (t0[2] + t0[3])
-}
-
 /// Softcapping: c · tanh(x / c).
+#[inline]
 pub fn softcap(x: &mut [f32], cap: f32) {
     for v in x {
         *v = (*v * (1.0 / cap)).tanh() * cap;
@@ -241,7 +218,7 @@ mod tests {
                 .zip(&b)
                 .map(|(&x, &y)| f16_to_f32(x) as f64 * f16_to_f32(y) as f64)
                 .sum();
-            let got = dot_f16(&a, &b) as f64;
+            let got = kestrel_quant::f16_dot(&a, &b) as f64;
             assert!(
                 (got - want).abs() < 1e-5 * n as f64,
                 "n={n}: {got} vs {want}"

@@ -6,12 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kestrel_cpu::{CpuModel, KvCache, Logits};
+use kestrel_cpu::CpuModel;
 use kestrel_gguf::GgufFile;
 use kestrel_model::ModelSpec;
 use kestrel_sampling::{Sampler, SamplerParams};
 use kestrel_tokenizer::chat::{ChatMessage, ChatTemplate};
 use kestrel_tokenizer::{StreamDecoder, Tokenizer};
+
+/// Re-exported so front ends that drive forward passes themselves (the
+/// benchmark) need not depend on the backend crate.
+pub use kestrel_cpu::{KvCache, Logits};
 
 /// Why loading or generation failed; every variant names what was wrong.
 #[derive(Debug, thiserror::Error)]

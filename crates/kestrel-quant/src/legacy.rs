@@ -26,6 +26,7 @@ pub(crate) const QK: usize = 32;
 /// "integer indefinite" value. Only reachable when the block's max-abs is so
 /// small that `127 / max` overflows, but mirroring it keeps even that case
 /// identical to ggml.
+#[inline]
 fn x86_round_to_i32(v: f32) -> i32 {
     let r = v.round_ties_even();
     if r.is_nan() || !(-2147483648.0..2147483648.0).contains(&r) {
@@ -36,6 +37,7 @@ fn x86_round_to_i32(v: f32) -> i32 {
 }
 
 /// The saturating i32 -> i8 narrowing of `_mm256_packs_epi32` + `packs_epi16`.
+#[inline]
 fn saturate_i8(v: i32) -> i8 {
     v.clamp(-128, 127) as i8
 }
@@ -49,6 +51,7 @@ fn saturate_i8(v: i32) -> i8 {
 /// - the multiplier is `127 / amax`, not `1 / (amax / 127)`; the two can
 ///   differ by an ulp, which flips a quant now and then;
 /// - rounding is nearest-even, not `roundf` (half away from zero).
+#[inline]
 fn q8_block_x86(x: &[f32]) -> (f32, [i8; QK], i32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
@@ -64,6 +67,7 @@ fn q8_block_x86(x: &[f32]) -> (f32, [i8; QK], i32) {
     (d, qs, sum)
 }
 
+#[inline]
 pub(crate) fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
         let (d, qs, _) = q8_block_x86(x);
@@ -74,6 +78,7 @@ pub(crate) fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+#[inline]
 pub(crate) fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(36)) {
         let (d, qs, sum) = q8_block_x86(x);

@@ -14,6 +14,7 @@
 //! Kernel files, one per block family: `float` (F32/F16/BF16), `legacy`
 //! (Q4_0..Q8_1), `kquants/` (Q2_K..Q6_K) and `q8k` (Q8_K).
 
+mod f16row;
 mod float;
 mod kquants;
 mod lanes;
@@ -21,7 +22,10 @@ mod legacy;
 mod q8k;
 #[macro_use]
 mod simd;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
+pub use f16row::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_mad_f16, f32_to_f16_row};
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kestrel_gguf::GgmlType;
 
@@ -71,7 +75,9 @@ macro_rules! kernel_tables {
     ($($ty:ident: $deq:path, $quant:path, $vt:ident, $dot:path;)*) => {
         static PORTABLE: [Kernels; 15] = [$(k(T::$ty, $deq, $quant, T::$vt, $dot)),*];
         #[cfg(target_arch = "x86_64")]
-        static AVX2: [Kernels; 15] = [$(k(T::$ty, $deq, $quant, T::$vt, avx2_twin!($dot))),*];
+        static AVX2: [Kernels; 15] = [$(k(
+            T::$ty, $deq, avx2_quant_twin!($quant), T::$vt, x86::dot_for(T::$ty, avx2_twin!($dot))
+        )),*];
     };
 }
 
@@ -110,6 +116,15 @@ pub fn portable_kernels(ty: GgmlType) -> &'static Kernels {
 /// bits (tested).
 pub fn kernels(ty: GgmlType) -> &'static Kernels {
     simd_kernels(ty).unwrap_or_else(|| portable_kernels(ty))
+}
+
+/// Whether the AVX2/FMA/F16C builds are in use on this machine (x86-64
+/// with those features, and `KESTREL_PORTABLE` not set to 1).
+pub fn avx2_in_use() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return simd::avx2_available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
@@ -256,9 +271,25 @@ pub fn vec_dot_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> 
     let kern = checked(ty, n, w, a);
     #[cfg(target_arch = "x86_64")]
     if simd::avx2_available() {
-        return path_dot!(path, ty, avx2_twin).unwrap_or(kern.vec_dot)(n, w, a);
+        let f = x86::path_dot(path, ty).or_else(|| path_dot!(path, ty, avx2_twin));
+        return f.unwrap_or(kern.vec_dot)(n, w, a);
     }
     path_dot!(path, ty, plain).unwrap_or(kern.vec_dot)(n, w, a)
+}
+
+/// [`vec_dot_on`] for four activation rows against the same weight row:
+/// the same four results, faster where a four-row kernel exists (prefill).
+pub fn vec_dot4_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        if let Some(f) = x86::path_dot4(path, ty) {
+            for r in a {
+                checked(ty, n, w, r);
+            }
+            return f(w, a);
+        }
+    }
+    a.map(|r| vec_dot_on(path, ty, n, w, r))
 }
 
 /// The kernel of a non-default `DotPath`, built by `$build` (`plain` or
@@ -309,6 +340,7 @@ mod tests {
             DotPath::RepackGemm,
             DotPath::Tiled,
         ];
+        let mut checked4 = 0;
         for (i, &ty) in GgmlType::ALL.iter().enumerate() {
             for blocks in [1usize, 3, 5] {
                 let n = blocks * ty.block_size();
@@ -323,10 +355,31 @@ mod tests {
                 let a = quantize_activations(ty, &xf);
                 for path in paths {
                     let p = path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, &a);
-                    let v = path_dot!(path, ty, avx2_twin).unwrap_or(AVX2[i].vec_dot)(n, &w, &a);
+                    let v = x86::path_dot(path, ty)
+                        .or_else(|| path_dot!(path, ty, avx2_twin))
+                        .unwrap_or(AVX2[i].vec_dot)(n, &w, &a);
                     assert_eq!(p.to_bits(), v.to_bits(), "{ty} {path:?} n={n}: {p} vs {v}");
+                    if let Some(f4) = x86::path_dot4(path, ty) {
+                        // Four different rows: this one and three more.
+                        let rows: Vec<Vec<u8>> = (0..3)
+                            .map(|_| {
+                                let xf: Vec<f32> = (0..n)
+                                    .map(|_| (next() % 2001) as f32 / 50.0 - 20.0)
+                                    .collect();
+                                quantize_activations(ty, &xf)
+                            })
+                            .collect();
+                        let four = f4(&w, [&a, &rows[0], &rows[1], &rows[2]]);
+                        for (r, got) in [&a, &rows[0], &rows[1], &rows[2]].iter().zip(four) {
+                            let one =
+                                path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, r);
+                            assert_eq!(one.to_bits(), got.to_bits(), "{ty} {path:?} x4 n={n}");
+                        }
+                        checked4 += 1;
+                    }
                 }
             }
         }
+        assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
     }
 }

@@ -26,17 +26,20 @@ const BSUMS: usize = 260;
 /// ggml's `nearest_int`: adding 1.5 * 2^23 leaves the rounded integer in the
 /// low mantissa bits (the FPU rounds the addition half-to-even). Exact for
 /// |x| <= 2^22; outside that it returns the same garbage ggml would.
+#[inline]
 pub(crate) fn nearest_int(x: f32) -> i32 {
     let v = x + 12_582_912.0;
     (v.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
 }
 
 /// The quant `j` of a Q8_K block.
+#[inline]
 pub(crate) fn q(block: &[u8], j: usize) -> i32 {
     i32::from(block[QS + j] as i8)
 }
 
 /// The scale of a Q8_K block.
+#[inline]
 pub(crate) fn d(block: &[u8]) -> f32 {
     read_f32(block, 0)
 }
@@ -47,6 +50,7 @@ pub(crate) fn bsum(block: &[u8], j: usize) -> i32 {
     i32::from(i16::from_le_bytes([block[at], block[at + 1]]))
 }
 
+#[inline]
 pub(crate) fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BLOCK)) {
         let mut max = 0.0f32;

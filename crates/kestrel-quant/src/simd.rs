@@ -43,3 +43,20 @@ pub(crate) fn avx2_available() -> bool {
             && std::arch::is_x86_feature_detected!("f16c")
     })
 }
+
+/// As [`avx2_twin!`] for a quantizer (the activation quantizers run once per
+/// matrix product input and use rounding instructions there).
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx2_quant_twin {
+    ($f:path) => {{
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn twin(src: &[f32], dst: &mut [u8]) {
+            $f(src, dst)
+        }
+        fn call(src: &[f32], dst: &mut [u8]) {
+            // SAFETY: as in `avx2_twin!`.
+            unsafe { twin(src, dst) }
+        }
+        call as $crate::QuantizeFn
+    }};
+}

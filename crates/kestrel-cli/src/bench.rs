@@ -1,0 +1,383 @@
+//! `kestrel bench`: prompt-processing and generation speed measured the way
+//! llama-bench measures it, so the two tools' numbers can be set side by side.
+//!
+//! For each test a warm-up run (not counted), then `-r` repetitions, each
+//! from a fresh KV cache. `ppN` times one forward pass over N tokens; `tgN`
+//! times N one-token forward passes at positions 0..N, feeding pre-drawn
+//! tokens (no sampling, no end-of-generation check). Only the forward calls
+//! are inside the clock. Token ids are random, led by BOS when the
+//! vocabulary adds one, as llama-bench draws them.
+//!
+//! After the model tests it records the peak RSS and then probes the memory
+//! read bandwidth, so the probe's buffer does not inflate the RSS figure.
+
+mod membw;
+mod report;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use kestrel_engine::{Engine, Logits};
+use kestrel_gguf::GgufFile;
+use kestrel_sampling::XorShift;
+
+use report::{decode_weight_bytes, model_desc, test_name, ModelInfo, Report, TestResult};
+
+/// Largest thread count accepted: far above any machine this runs on, low
+/// enough that a typo cannot exhaust the process's threads.
+const MAX_THREADS: usize = 1024;
+/// Largest bandwidth buffer accepted, in MiB.
+const MAX_BW_MIB: u64 = 64 * 1024;
+/// Runs of the bandwidth probe; the fastest is reported.
+const BW_RUNS: usize = 5;
+/// Seed of the token draw ("kestrel" in ASCII), fixed so repeated benchmarks
+/// feed the same ids.
+const TOKEN_SEED: u64 = 0x006b_6573_7472_656c;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Md,
+    Csv,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Path to a GGUF model.
+    #[arg(short = 'm', long = "model")]
+    model: PathBuf,
+    /// Prompt lengths to test, comma-separated (0 skips the prompt test).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test, comma-separated (0 skips the generation test).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    n_gen: Vec<usize>,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    repetitions: usize,
+    /// Worker threads (default: available cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
+    output: OutputFormat,
+    /// Skip the warm-up run before each test.
+    #[arg(long = "no-warmup")]
+    no_warmup: bool,
+    /// Print each run's progress on stderr.
+    #[arg(long = "progress")]
+    progress: bool,
+    /// MiB the memory bandwidth probe reads (0 skips the probe).
+    #[arg(long = "bw-mib", default_value_t = 1024)]
+    bw_mib: u64,
+}
+
+/// One test to run: a prompt of `n_prompt` tokens or `n_gen` decode steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TestSpec {
+    n_prompt: usize,
+    n_gen: usize,
+}
+
+/// Checks the flags that need no model and lists the tests in llama-bench's
+/// order: every prompt test, then every generation test.
+fn plan(a: &BenchArgs) -> Result<Vec<TestSpec>> {
+    if a.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    if let Some(t) = a.threads {
+        if t == 0 || t > MAX_THREADS {
+            bail!("--threads must be in 1..={MAX_THREADS}, got {t}");
+        }
+    }
+    if a.bw_mib > MAX_BW_MIB {
+        bail!("--bw-mib must be at most {MAX_BW_MIB}, got {}", a.bw_mib);
+    }
+    let tests: Vec<TestSpec> = a
+        .n_prompt
+        .iter()
+        .filter(|&&p| p > 0)
+        .map(|&p| TestSpec {
+            n_prompt: p,
+            n_gen: 0,
+        })
+        .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| TestSpec {
+            n_prompt: 0,
+            n_gen: n,
+        }))
+        .collect();
+    if tests.is_empty() {
+        bail!("nothing to benchmark: both --n-prompt and --n-gen are 0");
+    }
+    Ok(tests)
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let tests = plan(&a)?;
+    let threads = a.threads.unwrap_or_else(crate::default_threads);
+    let engine = Engine::load(&a.model, threads)?;
+    // Caches and activations grow with the test length; the training context
+    // bounds it so a typo cannot ask for terabytes.
+    let max_len = engine.model.spec.hparams.n_ctx_train.max(1);
+    for t in &tests {
+        let len = t.n_prompt + t.n_gen;
+        if len > max_len {
+            bail!(
+                "{}: {len} tokens exceed the model's training context of {max_len}",
+                test_name(t.n_prompt, t.n_gen)
+            );
+        }
+    }
+    if engine.tokenizer.vocab_size() == 0 {
+        bail!("the model's vocabulary is empty");
+    }
+
+    let results: Vec<TestResult> = tests.iter().map(|t| measure(&engine, *t, &a)).collect();
+
+    let peak_rss = membw::peak_rss_bytes();
+    let bandwidth = if a.bw_mib > 0 {
+        if a.progress {
+            eprintln!("kestrel bench: memory bandwidth probe ({} MiB)", a.bw_mib);
+        }
+        Some(membw::read_bandwidth(
+            a.bw_mib << 20,
+            engine.model.threads(),
+            BW_RUNS,
+        )?)
+    } else {
+        None
+    };
+
+    let report = Report {
+        model: model_info(&a.model, &engine.file),
+        threads: engine.model.threads(),
+        tests: results,
+        bandwidth,
+        peak_rss,
+    };
+    let text = match a.output {
+        OutputFormat::Md => report.markdown(),
+        OutputFormat::Json => report.json(),
+        OutputFormat::Csv => report.csv(),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// Runs one test: the warm-up, then the timed repetitions.
+fn measure(engine: &Engine, spec: TestSpec, a: &BenchArgs) -> TestResult {
+    let len = spec.n_prompt + spec.n_gen;
+    let lead = engine
+        .tokenizer
+        .bos()
+        .filter(|_| engine.tokenizer.add_bos());
+    let tokens = draw_tokens(len, engine.tokenizer.vocab_size(), lead);
+    let name = test_name(spec.n_prompt, spec.n_gen);
+    if !a.no_warmup {
+        if a.progress {
+            eprintln!("kestrel bench: {name}: warm-up");
+        }
+        // llama-bench warms generation with a single step: it touches
+        // every weight once, which is what the warm-up is for.
+        let warm = if spec.n_prompt > 0 {
+            &tokens[..]
+        } else {
+            &tokens[..1]
+        };
+        run_prompt(engine, warm);
+    }
+    let mut samples_ns = Vec::with_capacity(a.repetitions);
+    for rep in 0..a.repetitions {
+        let ns = if spec.n_prompt > 0 {
+            run_prompt(engine, &tokens)
+        } else {
+            run_generation(engine, &tokens)
+        };
+        if a.progress {
+            eprintln!(
+                "kestrel bench: {name}: run {}/{}: {:.2} t/s",
+                rep + 1,
+                a.repetitions,
+                stats::tokens_per_second(len, ns)
+            );
+        }
+        samples_ns.push(ns);
+    }
+    TestResult {
+        n_prompt: spec.n_prompt,
+        n_gen: spec.n_gen,
+        samples_ns,
+    }
+}
+
+/// The model columns, counted over the file's tensors as llama.cpp counts them.
+fn model_info(path: &Path, file: &GgufFile) -> ModelInfo {
+    let tensors = file.tensors();
+    let n_params = tensors.iter().map(|t| t.n_elements()).sum();
+    ModelInfo {
+        filename: path.display().to_string(),
+        desc: model_desc(
+            file.architecture().unwrap_or("unknown"),
+            file.get_str("general.size_label"),
+            n_params,
+            file.get_u32("general.file_type"),
+        ),
+        size_bytes: tensors.iter().map(|t| t.n_bytes).sum(),
+        n_params,
+        decode_bytes: decode_weight_bytes(tensors.iter().map(|t| (t.name.as_str(), t.n_bytes))),
+    }
+}
+
+/// `len` token ids below `n_vocab`, the first being `lead` when given.
+fn draw_tokens(len: usize, n_vocab: usize, lead: Option<u32>) -> Vec<u32> {
+    let mut rng = XorShift::new(TOKEN_SEED);
+    let mut out: Vec<u32> = (0..len)
+        .map(|_| (rng.next_u32() as u64 % n_vocab as u64) as u32)
+        .collect();
+    if let (Some(first), Some(id)) = (out.first_mut(), lead) {
+        if (id as usize) < n_vocab {
+            *first = id;
+        }
+    }
+    out
+}
+
+/// One forward pass over `tokens` from an empty cache; returns its nanoseconds.
+fn run_prompt(engine: &Engine, tokens: &[u32]) -> u64 {
+    // The cache is made outside the clock. Its pages are first touched
+    // inside it, which costs well under a millisecond at these sizes.
+    let mut cache = engine.model.new_cache(tokens.len());
+    let t0 = Instant::now();
+    let logits = engine.model.forward(tokens, 0, &mut cache, Logits::Last);
+    let ns = t0.elapsed().as_nanos();
+    std::hint::black_box(logits);
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// One-token forward passes at positions 0.., from an empty cache.
+fn run_generation(engine: &Engine, tokens: &[u32]) -> u64 {
+    let mut cache = engine.model.new_cache(tokens.len());
+    let t0 = Instant::now();
+    for (pos, tok) in tokens.iter().enumerate() {
+        let logits = engine
+            .model
+            .forward(std::slice::from_ref(tok), pos, &mut cache, Logits::Last);
+        std::hint::black_box(logits);
+    }
+    let ns = t0.elapsed().as_nanos();
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: BenchArgs,
+    }
+
+    fn args(flags: &[&str]) -> BenchArgs {
+        let argv = ["bench", "-m", "x.gguf"].iter().chain(flags);
+        Cli::try_parse_from(argv).unwrap().a
+    }
+
+    #[test]
+    fn defaults_are_llama_benchs() {
+        let a = args(&[]);
+        assert_eq!(
+            (a.n_prompt.clone(), a.n_gen.clone(), a.repetitions),
+            (vec![512], vec![128], 5)
+        );
+        assert_eq!(a.output, OutputFormat::Md);
+        assert_eq!(
+            plan(&a).unwrap(),
+            [
+                TestSpec {
+                    n_prompt: 512,
+                    n_gen: 0
+                },
+                TestSpec {
+                    n_prompt: 0,
+                    n_gen: 128
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn lists_and_skips() {
+        let a = args(&["-p", "128,512", "-n", "0"]);
+        assert_eq!(
+            plan(&a).unwrap(),
+            [
+                TestSpec {
+                    n_prompt: 128,
+                    n_gen: 0
+                },
+                TestSpec {
+                    n_prompt: 512,
+                    n_gen: 0
+                }
+            ]
+        );
+        let a = args(&["-p", "0", "-n", "16", "-n", "32"]);
+        assert_eq!(
+            plan(&a).unwrap(),
+            [
+                TestSpec {
+                    n_prompt: 0,
+                    n_gen: 16
+                },
+                TestSpec {
+                    n_prompt: 0,
+                    n_gen: 32
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_plans() {
+        let err = |f: &[&str]| plan(&args(f)).unwrap_err().to_string();
+        assert!(err(&["-p", "0", "-n", "0"]).contains("nothing to benchmark"));
+        assert!(err(&["-r", "0"]).contains("--repetitions"));
+        assert!(err(&["-t", "0"]).contains("--threads"));
+        assert!(err(&["-t", "5000"]).contains("--threads"));
+        assert!(err(&["--bw-mib", "99999999"]).contains("--bw-mib"));
+        let cli = |f: &[&str]| Cli::try_parse_from(["bench", "-m", "x"].iter().chain(f)).is_err();
+        assert!(cli(&["-p", "abc"]));
+        assert!(cli(&["-n", "-1"]));
+        assert!(cli(&["-o", "xml"]));
+    }
+
+    #[test]
+    fn tokens_are_in_range_and_led_by_bos() {
+        let t = draw_tokens(1000, 50, Some(7));
+        assert_eq!(t.len(), 1000);
+        assert_eq!(t[0], 7);
+        assert!(t.iter().all(|&id| id < 50));
+        // Random, not constant: many distinct ids.
+        let mut d = t.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert!(d.len() > 40, "{}", d.len());
+        assert_eq!(draw_tokens(3, 50, Some(70))[0], draw_tokens(3, 50, None)[0]);
+        assert!(draw_tokens(0, 50, Some(7)).is_empty());
+    }
+}

@@ -1,0 +1,789 @@
+//! Hand-written AVX2/FMA/F16C dot kernels for the weight types that carry
+//! most of the bytes of the test models (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+//! Q6_K), for every kernel path ggml takes with them. Each computes the same
+//! exact integer lanes as its portable original and then the same f32
+//! operations in the same order, so results are bit-identical (a unit test in
+//! lib.rs compares every one with its portable twin on random blocks).
+//!
+//! Every function here is reached only through the AVX2 kernel table or
+//! [`path_dot`], both used only after `simd::avx2_available()` confirmed the
+//! CPU features; that is the safety argument for each `unsafe` call below.
+
+use std::arch::x86_64::*;
+
+use crate::{DotPath, GgmlType as T, VecDotFn};
+
+/// The hand-written kernel for `ty`'s plain dot, else `twin`.
+pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
+    match ty {
+        T::Q4_0 => dot_q4_0,
+        T::Q4_1 => dot_q4_1,
+        T::Q5_0 => dot_q5_0,
+        T::Q5_1 => dot_q5_1,
+        T::Q8_0 => dot_q8_0,
+        T::Q4_K => dot_q4_k,
+        T::Q6_K => dot_q6_k,
+        _ => twin,
+    }
+}
+
+/// The hand-written kernel for a non-default path, if there is one.
+pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
+    Some(match (path, ty) {
+        (DotPath::RepackGemv | DotPath::RepackGemm, T::Q4_0) => dot_q4_0_repacked,
+        (DotPath::RepackGemv, T::Q4_K) => dot_q4_k_gemv,
+        (DotPath::RepackGemm, T::Q4_K) => dot_q4_k_gemm,
+        (DotPath::Tiled, T::Q4_K) => dot_q4_k_tiled,
+        (DotPath::Tiled, T::Q6_K) => dot_q6_k_tiled,
+        _ => return None,
+    })
+}
+
+/// Four activation rows against one weight row at once (the weight is
+/// unpacked once per block); each result has exactly the bits of the
+/// single-row kernel for the same path.
+pub(crate) type VecDot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
+/// The four-row kernel for `path` and `ty`, if there is one.
+pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<VecDot4Fn> {
+    Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) => dot4_q4_1,
+        (DotPath::VecDot, T::Q5_0) => dot4_q5_0,
+        (DotPath::VecDot, T::Q8_0) => dot4_q8_0,
+        (DotPath::RepackGemm, T::Q4_K) => dot4_q4_k_gemm,
+        (DotPath::Tiled, T::Q6_K) => dot4_q6_k_tiled,
+        _ => return None,
+    })
+}
+
+/// Declares a safe entry point for a four-row AVX2 kernel body.
+macro_rules! entry4 {
+    ($name:ident => $body:ident) => {
+        fn $name(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            // SAFETY: as `entry!`.
+            unsafe { $body(w, a) }
+        }
+    };
+}
+
+entry4!(dot4_q4_1 => q4_1_x4);
+entry4!(dot4_q5_0 => q5_0_x4);
+entry4!(dot4_q8_0 => q8_0_x4);
+entry4!(dot4_q4_k_gemm => q4_k_gemm_x4);
+entry4!(dot4_q6_k_tiled => q6_k_tiled_x4);
+
+/// Declares a safe entry point for an AVX2 kernel body.
+macro_rules! entry {
+    ($name:ident => $body:ident) => {
+        fn $name(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: reached only after AVX2, FMA and F16C were detected
+            // (module comment); slice lengths were checked by the caller.
+            unsafe { $body(w, a) }
+        }
+    };
+}
+
+entry!(dot_q4_0 => q4_0);
+entry!(dot_q4_0_repacked => q4_0_repacked);
+entry!(dot_q4_1 => q4_1);
+entry!(dot_q5_0 => q5_0);
+entry!(dot_q5_1 => q5_1);
+entry!(dot_q8_0 => q8_0);
+entry!(dot_q4_k => q4_k_vec_dot);
+entry!(dot_q4_k_gemv => q4_k_gemv);
+entry!(dot_q4_k_gemm => q4_k_gemm);
+entry!(dot_q4_k_tiled => q4_k_tiled);
+entry!(dot_q6_k => q6_k_vec_dot);
+entry!(dot_q6_k_tiled => q6_k_tiled);
+
+// ---------------------------------------------------------------------------
+// Shared pieces.
+// ---------------------------------------------------------------------------
+
+/// The IEEE half at `at`, widened with F16C (exact, as every conversion).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// 32 bytes at `at` (the caller guarantees `at + 32 <= b.len()`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load32(b: &[u8], at: usize) -> __m256i {
+    debug_assert!(at + 32 <= b.len());
+    // SAFETY: in bounds per the caller; unaligned load.
+    unsafe { _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i) }
+}
+
+/// Lane l = sum of w[j] * a[j] for j in 4l..4l+4, both signed bytes, exact
+/// (ggml's sign trick: |w| times a with w's sign, pairs in i16 then i32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes_signed(w: __m256i, a: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// As [`lanes_signed`] for unsigned weight bytes (below 128).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes_unsigned(w: __m256i, a: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1))
+}
+
+/// As [`lanes_unsigned`], each i16 pair sum scaled by `scale` first (still
+/// exact: the pair sums are below 2^14 and the scales below 2^7).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes_scaled(w: __m256i, a: __m256i, scale: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), scale)
+}
+
+/// The 8 f32 lanes reduced in `hsum_float_8`'s order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let mut x = [0f32; 8];
+    // SAFETY: x holds 8 floats.
+    unsafe { _mm256_storeu_ps(x.as_mut_ptr(), v) };
+    crate::lanes::hsum8(&x)
+}
+
+/// Sum of the 8 i32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let mut x = [0i32; 8];
+    // SAFETY: x holds 8 ints.
+    unsafe { _mm256_storeu_si256(x.as_mut_ptr() as *mut __m256i, v) };
+    x.iter().sum()
+}
+
+/// 16 nibble bytes at `at` as 32 bytes: low nibbles are elements 0..16,
+/// high nibbles 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles32(b: &[u8], at: usize) -> __m256i {
+    debug_assert!(at + 16 <= b.len());
+    unsafe {
+        // SAFETY: 16 bytes in bounds per the block layout.
+        let lo = _mm_loadu_si128(b.as_ptr().add(at) as *const __m128i);
+        let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+    }
+}
+
+/// 0x10 in byte j where bit j of `qh` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_bits(qh: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_setr_epi64x(
+            0x0000_0000_0000_0000,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+fn qh_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+// ---------------------------------------------------------------------------
+// Legacy formats (see legacy.rs for layouts and the lane order).
+// ---------------------------------------------------------------------------
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
+        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        unsafe {
+            let q = _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8));
+            let s = _mm256_cvtepi32_ps(lanes_signed(q, load32(ba, 2)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_repacked(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
+        let s = unsafe {
+            let q = _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8));
+            hsum_epi32(lanes_signed(q, load32(ba, 2)))
+        };
+        acc = (s as f32).mul_add(f16_at(bw, 0) * f16_at(ba, 0), acc);
+    }
+    acc
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for (bw, ba) in w.chunks_exact(20).zip(a.chunks_exact(36)) {
+        summs = f16_at(bw, 2).mul_add(f16_at(ba, 2), summs);
+        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        unsafe {
+            let s = _mm256_cvtepi32_ps(lanes_unsigned(nibbles32(bw, 4), load32(ba, 4)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) + summs }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, ba) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
+        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        unsafe {
+            let q = _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2)));
+            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+            let s = _mm256_cvtepi32_ps(lanes_signed(q, load32(ba, 2)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for (bw, ba) in w.chunks_exact(24).zip(a.chunks_exact(36)) {
+        summs = f16_at(bw, 2).mul_add(f16_at(ba, 2), summs);
+        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        unsafe {
+            let q = _mm256_or_si256(nibbles32(bw, 8), fifth_bits(qh_at(bw, 4)));
+            let s = _mm256_cvtepi32_ps(lanes_unsigned(q, load32(ba, 4)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) + summs }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, ba) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
+        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        unsafe {
+            let s = _mm256_cvtepi32_ps(lanes_signed(load32(bw, 2), load32(ba, 2)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) }
+}
+
+// ---------------------------------------------------------------------------
+// K-quants against Q8_K (see kquants/ for layouts and orders).
+// ---------------------------------------------------------------------------
+
+const Q8K: usize = crate::q8k::BLOCK;
+const Q8K_QS: usize = 4;
+
+fn q8k_d(ba: &[u8]) -> f32 {
+    crate::q8k::d(ba)
+}
+
+/// Sum over the 16-element runs `runs` of `per_run[i] * bsums[i]`.
+#[inline(always)]
+fn bsum_dot(ba: &[u8], per_run: &[i32; 16], runs: std::ops::Range<usize>) -> i32 {
+    runs.map(|i| per_run[i] * crate::q8k::bsum(ba, i)).sum()
+}
+
+const Q4K: usize = 144;
+
+/// Scales and mins of a Q4_K block per 16-element run.
+#[inline(always)]
+fn q4k_scales(bw: &[u8]) -> ([i32; 16], [i32; 16]) {
+    let (mut scale, mut min) = ([0i32; 16], [0i32; 16]);
+    for j in 0..8 {
+        let (sc, m) = crate::kquants::k4_scale_min(&bw[4..16], j);
+        scale[2 * j] = i32::from(sc);
+        scale[2 * j + 1] = i32::from(sc);
+        min[2 * j] = i32::from(m);
+        min[2 * j + 1] = i32::from(m);
+    }
+    (scale, min)
+}
+
+/// The scaled integer lanes of one Q4_K block, one vector per pair of
+/// sub-blocks (64 elements): lane l sums scale * q * a over elements with
+/// index % 32 in 4l..4l+4.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> [__m256i; 4] {
+    let mut out = [_mm256_setzero_si256(); 4];
+    for (p, o) in out.iter_mut().enumerate() {
+        unsafe {
+            let raw = load32(bw, 16 + 32 * p);
+            let lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
+            let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
+            let a_lo = load32(ba, Q8K_QS + 64 * p);
+            let a_hi = load32(ba, Q8K_QS + 64 * p + 32);
+            let s_lo = _mm256_set1_epi16(scale[4 * p] as i16);
+            let s_hi = _mm256_set1_epi16(scale[4 * p + 2] as i16);
+            *o = _mm256_add_epi32(lanes_scaled(lo, a_lo, s_lo), lanes_scaled(hi, a_hi, s_hi));
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = [0f32; 4];
+    for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
+        let da = q8k_d(ba);
+        let d = da * f16_at(bw, 0);
+        let dmin = -da * f16_at(bw, 2);
+        let (scale, min) = q4k_scales(bw);
+        unsafe {
+            let p = q4k_pair_lanes(bw, ba, &scale);
+            let sum = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
+        }
+        for (p, lane) in acc_m.iter_mut().enumerate() {
+            *lane = dmin.mul_add(bsum_dot(ba, &min, 4 * p..4 * p + 4) as f32, *lane);
+        }
+    }
+    let m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
+    unsafe { hsum_ps(acc) + m }
+}
+
+/// The repacked-Q4_K order (see `q4k::dot_repacked`): one FMA per `group`
+/// sub-blocks, 8 for gemv and 2 for gemm.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_repacked(w: &[u8], a: &[u8], group: usize) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
+        let da = q8k_d(ba);
+        let scale_d = f16_at(bw, 0) * da;
+        let scale_min = f16_at(bw, 2) * da;
+        let (scale, min) = q4k_scales(bw);
+        let pairs = unsafe { q4k_pair_lanes(bw, ba, &scale) };
+        let mut per_pair = [0i32; 4];
+        for (s, &v) in per_pair.iter_mut().zip(&pairs) {
+            *s = unsafe { hsum_epi32(v) };
+        }
+        for p0 in (0..4).step_by(group / 2) {
+            let sum: i32 = per_pair[p0..p0 + group / 2].iter().sum();
+            let sum_min = bsum_dot(ba, &min, 4 * p0..4 * (p0 + group / 2));
+            acc = (sum as f32).mul_add(scale_d, acc);
+            acc_min = (sum_min as f32).mul_add(scale_min, acc_min);
+        }
+    }
+    acc - acc_min
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemv(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { q4_k_repacked(w, a, 8) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemm(w: &[u8], a: &[u8]) -> f32 {
+    unsafe { q4_k_repacked(w, a, 2) }
+}
+
+/// The tiled order (see `kquants::dot_tiled`).
+#[inline(always)]
+fn tiled_step(acc: f32, d: f32, dmin: f32, sum: i32, sum_min: i32, da: f32) -> f32 {
+    let r = (-dmin).mul_add(sum_min as f32, d * sum as f32);
+    r.mul_add(da, acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
+        let (scale, min) = q4k_scales(bw);
+        let sum = unsafe {
+            let p = q4k_pair_lanes(bw, ba, &scale);
+            hsum_epi32(_mm256_add_epi32(
+                _mm256_add_epi32(p[0], p[1]),
+                _mm256_add_epi32(p[2], p[3]),
+            ))
+        };
+        let sum_min = bsum_dot(ba, &min, 0..16);
+        acc = tiled_step(acc, f16_at(bw, 0), f16_at(bw, 2), sum, sum_min, q8k_d(ba));
+    }
+    acc
+}
+
+const Q6K: usize = 210;
+
+fn q6k_scales(bw: &[u8]) -> [i32; 16] {
+    let mut s = [0i32; 16];
+    for (i, v) in s.iter_mut().enumerate() {
+        *v = i32::from(bw[192 + i] as i8);
+    }
+    s
+}
+
+/// Lanes of one Q6_K block with the quants taken unsigned (0..=63): lane l
+/// sums scale * q * a over elements with index % 32 in 4l..4l+4.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> __m256i {
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m3 = _mm256_set1_epi8(0x03);
+        let mut sum = _mm256_setzero_si256();
+        for n in 0..2 {
+            let ql0 = load32(bw, 64 * n);
+            let ql1 = load32(bw, 64 * n + 32);
+            let qh = load32(bw, 128 + 32 * n);
+            let quants = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4),
+                ),
+            ];
+            for (k, q) in quants.into_iter().enumerate() {
+                let run = 8 * n + 2 * k;
+                let sc = _mm256_set_m128i(
+                    _mm_set1_epi16(scale[run + 1] as i16),
+                    _mm_set1_epi16(scale[run] as i16),
+                );
+                let act = load32(ba, Q8K_QS + 128 * n + 32 * k);
+                sum = _mm256_add_epi32(sum, lanes_scaled(q, act, sc));
+            }
+        }
+        sum
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, ba) in w.chunks_exact(Q6K).zip(a.chunks_exact(Q8K)) {
+        let d = q8k_d(ba) * f16_at(bw, 208);
+        let scale = q6k_scales(bw);
+        let mut offset = [0i32; 8];
+        for (l, o) in offset.iter_mut().enumerate() {
+            *o = 32
+                * (crate::q8k::bsum(ba, 2 * l) * scale[2 * l]
+                    + crate::q8k::bsum(ba, 2 * l + 1) * scale[2 * l + 1]);
+        }
+        unsafe {
+            let lanes = q6k_unsigned_lanes(bw, ba, &scale);
+            let off = _mm256_loadu_si256(offset.as_ptr() as *const __m256i);
+            let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, off));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+        }
+    }
+    unsafe { hsum_ps(acc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (bw, ba) in w.chunks_exact(Q6K).zip(a.chunks_exact(Q8K)) {
+        let scale = q6k_scales(bw);
+        let unsigned = unsafe { hsum_epi32(q6k_unsigned_lanes(bw, ba, &scale)) };
+        let sum = unsigned - 32 * bsum_dot(ba, &scale, 0..16);
+        acc = tiled_step(acc, f16_at(bw, 208), 0.0, sum, 0, q8k_d(ba));
+    }
+    acc
+}
+
+// ---------------------------------------------------------------------------
+// Four activation rows at a time (prefill): the same per-row operations, with
+// each weight block unpacked once.
+// ---------------------------------------------------------------------------
+
+/// A legacy-format four-row dot: `$unpack` turns block `$bw` into 32 weight
+/// bytes (signed if `$signed`), `$summs` adds the Q8_1 offset terms.
+macro_rules! legacy_x4 {
+    ($name:ident, $wb:expr, $ab:expr, $aq:expr, $signed:expr, $summs:expr, |$bw:ident| $unpack:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut summs = [0f32; 4];
+            for (i, $bw) in w.chunks_exact($wb).enumerate() {
+                let q = unsafe { $unpack };
+                for t in 0..4 {
+                    let ba = &a[t][i * $ab..(i + 1) * $ab];
+                    if $summs {
+                        summs[t] = f16_at($bw, 2).mul_add(f16_at(ba, 2), summs[t]);
+                    }
+                    let d = f16_at($bw, 0) * f16_at(ba, 0);
+                    let act = unsafe { load32(ba, $aq) };
+                    let l = if $signed {
+                        lanes_signed(q, act)
+                    } else {
+                        lanes_unsigned(q, act)
+                    };
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc[t]);
+                }
+            }
+            let mut out = [0f32; 4];
+            for t in 0..4 {
+                out[t] = unsafe { hsum_ps(acc[t]) };
+                if $summs {
+                    out[t] += summs[t];
+                }
+            }
+            out
+        }
+    };
+}
+
+legacy_x4!(q4_1_x4, 20, 36, 4, false, true, |bw| nibbles32(bw, 4));
+legacy_x4!(q5_0_x4, 22, 34, 2, true, false, |bw| _mm256_sub_epi8(
+    _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2))),
+    _mm256_set1_epi8(16)
+));
+legacy_x4!(q8_0_x4, 34, 34, 2, true, false, |bw| load32(bw, 2));
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (mut acc, mut acc_min) = ([0f32; 4], [0f32; 4]);
+    for (i, bw) in w.chunks_exact(Q4K).enumerate() {
+        let (scale, min) = q4k_scales(bw);
+        let mut lo = [_mm256_setzero_si256(); 4];
+        let mut hi = [_mm256_setzero_si256(); 4];
+        for p in 0..4 {
+            let raw = unsafe { load32(bw, 16 + 32 * p) };
+            lo[p] = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
+            hi[p] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
+        }
+        for t in 0..4 {
+            let ba = &a[t][i * Q8K..(i + 1) * Q8K];
+            let da = q8k_d(ba);
+            let scale_d = f16_at(bw, 0) * da;
+            let scale_min = f16_at(bw, 2) * da;
+            for p in 0..4 {
+                let lanes = unsafe {
+                    _mm256_add_epi32(
+                        lanes_scaled(
+                            lo[p],
+                            load32(ba, Q8K_QS + 64 * p),
+                            _mm256_set1_epi16(scale[4 * p] as i16),
+                        ),
+                        lanes_scaled(
+                            hi[p],
+                            load32(ba, Q8K_QS + 64 * p + 32),
+                            _mm256_set1_epi16(scale[4 * p + 2] as i16),
+                        ),
+                    )
+                };
+                let sum = unsafe { hsum_epi32(lanes) };
+                let sum_min = bsum_dot(ba, &min, 4 * p..4 * p + 4);
+                acc[t] = (sum as f32).mul_add(scale_d, acc[t]);
+                acc_min[t] = (sum_min as f32).mul_add(scale_min, acc_min[t]);
+            }
+        }
+    }
+    let mut out = [0f32; 4];
+    for t in 0..4 {
+        out[t] = acc[t] - acc_min[t];
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let mut acc = [0f32; 4];
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    for (i, bw) in w.chunks_exact(Q6K).enumerate() {
+        let scale = q6k_scales(bw);
+        // The 8 quant vectors (unsigned, 0..=63) and their run scales.
+        let mut quants = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for n in 0..2 {
+            let (ql0, ql1, qh) = unsafe {
+                (
+                    load32(bw, 64 * n),
+                    load32(bw, 64 * n + 32),
+                    load32(bw, 128 + 32 * n),
+                )
+            };
+            let low = [
+                _mm256_and_si256(ql0, m4),
+                _mm256_and_si256(ql1, m4),
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+            ];
+            let high = [
+                _mm256_and_si256(qh, m3),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 6), m3),
+            ];
+            for k in 0..4 {
+                let run = 8 * n + 2 * k;
+                quants[4 * n + k] = _mm256_or_si256(low[k], _mm256_slli_epi16(high[k], 4));
+                scales[4 * n + k] = _mm256_set_m128i(
+                    _mm_set1_epi16(scale[run + 1] as i16),
+                    _mm_set1_epi16(scale[run] as i16),
+                );
+            }
+        }
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let ba = &a[t][i * Q8K..(i + 1) * Q8K];
+            let mut lanes = _mm256_setzero_si256();
+            for g in 0..8 {
+                let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
+                lanes = _mm256_add_epi32(lanes, lanes_scaled(quants[g], act, scales[g]));
+            }
+            let unsigned = unsafe { hsum_epi32(lanes) };
+            let sum = unsigned - 32 * bsum_dot(ba, &scale, 0..16);
+            *acc = tiled_step(*acc, f16_at(bw, 208), 0.0, sum, 0, q8k_d(ba));
+        }
+    }
+    acc
+}
+
+// ---------------------------------------------------------------------------
+// f16 rows (see f16row.rs for the operations and their rounding).
+// ---------------------------------------------------------------------------
+
+/// Eight f16 at `i` widened.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn ph8(x: &[u16], i: usize) -> __m256 {
+    debug_assert!(i + 8 <= x.len());
+    // SAFETY: 8 u16 in bounds per the caller.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i)) }
+}
+
+/// Stores eight f32 at `i` as f16, nearest-even.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_ph8(x: &mut [u16], i: usize, v: __m256) {
+    debug_assert!(i + 8 <= x.len());
+    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+    // SAFETY: 8 u16 in bounds per the caller.
+    unsafe { _mm_storeu_si128(x.as_mut_ptr().add(i) as *mut __m128i, h) }
+}
+
+/// Declares a safe wrapper around an AVX2 f16-row body.
+macro_rules! row_entry {
+    ($name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $body:ident) => {
+        pub(crate) fn $name($($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: called only after `avx2_available()` (see f16row.rs).
+            unsafe { $body($($arg),*) }
+        }
+    };
+}
+
+row_entry!(f16_dot(a: &[u16], b: &[u16]) -> f32 => f16_dot_avx2);
+row_entry!(f16_mad(acc: &mut [u16], v: &[u16], s: f32) => f16_mad_avx2);
+row_entry!(f16_scale(acc: &mut [u16], s: f32) => f16_scale_avx2);
+row_entry!(f32_mad_f16(acc: &mut [f32], v: &[u16], s: f32) => f32_mad_f16_avx2);
+row_entry!(f16_to_f32_row(src: &[u16], dst: &mut [f32]) => f16_to_f32_row_avx2);
+row_entry!(f32_to_f16_row(src: &[f32], dst: &mut [u16]) => f32_to_f16_row_avx2);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_dot_avx2(a: &[u16], b: &[u16]) -> f32 {
+    let n = a.len().min(b.len());
+    let np = n / 32 * 32;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for i in (0..np).step_by(32) {
+        for (j, accj) in acc.iter_mut().enumerate() {
+            unsafe {
+                *accj = _mm256_fmadd_ps(ph8(a, i + 8 * j), ph8(b, i + 8 * j), *accj);
+            }
+        }
+    }
+    let mut lanes = [[0f32; 8]; 4];
+    for (l, v) in lanes.iter_mut().zip(acc) {
+        // SAFETY: l holds 8 floats.
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
+    }
+    crate::f16row::f16_dot_finish(&lanes, &a[np..n], &b[np..n])
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_mad_avx2(acc: &mut [u16], v: &[u16], s: f32) {
+    let n = acc.len().min(v.len());
+    let n8 = n / 8 * 8;
+    let vs = _mm256_set1_ps(s);
+    for i in (0..n8).step_by(8) {
+        unsafe {
+            let y = _mm256_fmadd_ps(ph8(v, i), vs, ph8(acc, i));
+            store_ph8(acc, i, y);
+        }
+    }
+    crate::f16row::f16_mad_portable(&mut acc[n8..n], &v[n8..n], s);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_scale_avx2(acc: &mut [u16], s: f32) {
+    let n8 = acc.len() / 8 * 8;
+    let vs = _mm256_set1_ps(s);
+    for i in (0..n8).step_by(8) {
+        unsafe { store_ph8(acc, i, _mm256_mul_ps(ph8(acc, i), vs)) };
+    }
+    crate::f16row::f16_scale_portable(&mut acc[n8..], s);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_mad_f16_avx2(acc: &mut [f32], v: &[u16], s: f32) {
+    let n = acc.len().min(v.len());
+    let n8 = n / 8 * 8;
+    let vs = _mm256_set1_ps(s);
+    for i in (0..n8).step_by(8) {
+        // SAFETY: i + 8 <= n8 <= both lengths.
+        unsafe {
+            let p = acc.as_mut_ptr().add(i);
+            _mm256_storeu_ps(p, _mm256_fmadd_ps(ph8(v, i), vs, _mm256_loadu_ps(p)));
+        }
+    }
+    crate::f16row::f32_mad_f16_portable(&mut acc[n8..n], &v[n8..n], s);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_to_f32_row_avx2(src: &[u16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let n8 = n / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        // SAFETY: i + 8 <= n8 <= both lengths.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(i), ph8(src, i)) };
+    }
+    for (d, &s) in dst[n8..n].iter_mut().zip(&src[n8..n]) {
+        *d = crate::float::f16_to_f32(s);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_to_f16_row_avx2(src: &[f32], dst: &mut [u16]) {
+    let n = src.len().min(dst.len());
+    let n8 = n / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        // SAFETY: i + 8 <= n8 <= both lengths.
+        unsafe { store_ph8(dst, i, _mm256_loadu_ps(src.as_ptr().add(i))) };
+    }
+    for (d, &s) in dst[n8..n].iter_mut().zip(&src[n8..n]) {
+        *d = crate::float::f32_to_f16(s);
+    }
+}
