@@ -242,7 +242,7 @@ fn model_info(path: &Path, file: &GgufFile) -> ModelInfo {
 }
 
 /// `len` token ids below `n_vocab`, the first being `lead` when given.
-fn draw_tokens(len: usize, n_vocab: usize, lead: Option<u32>) -> Vec<u32> {
+pub(crate) fn draw_tokens(len: usize, n_vocab: usize, lead: Option<u32>) -> Vec<u32> {
     let mut rng = XorShift::new(TOKEN_SEED);
     let mut out: Vec<u32> = (0..len)
         .map(|_| (rng.next_u32() as u64 % n_vocab as u64) as u32)

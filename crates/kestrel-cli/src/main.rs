@@ -1,6 +1,7 @@
 //! The `kestrel` command line: flags follow llama.cpp's names where they overlap.
 
 mod bench;
+mod profile;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ enum Command {
     Inspect(InspectArgs),
     /// Measure prompt and generation speed as llama-bench does.
     Bench(bench::BenchArgs),
+    /// Break one prefill batch and one decode step down by kernel class.
+    Profile(profile::ProfileArgs),
 }
 
 #[derive(Args)]
@@ -117,6 +120,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => tokenize(a),
         Command::Inspect(a) => inspect(a),
         Command::Bench(a) => bench::bench(a),
+        Command::Profile(a) => profile::profile(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,7 +131,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)

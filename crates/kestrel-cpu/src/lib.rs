@@ -5,13 +5,16 @@
 pub mod attention;
 pub mod matmul;
 pub mod ops;
+mod profile;
 
 use std::sync::Arc;
 
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 use kestrel_quant::dequantize_row;
-use matmul::{matmul, quantize_rows, run_products, MatRef, Product};
+use matmul::{quantize_rows, run_products, MatRef, Product};
+use profile::Profiler;
+pub use profile::{Profile, ProfileEntry};
 
 /// Why a model's tensors could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,7 @@ pub struct CpuModel {
     /// Persistent workers (rayon: they spin briefly, then sleep), one per
     /// thread asked for; every parallel op runs on them.
     pool: rayon::ThreadPool,
+    profiler: Profiler,
 }
 
 /// Keys and values of every layer, stored as f16 like llama.cpp's default cache.
@@ -278,6 +282,7 @@ impl CpuModel {
                 .thread_name(|i| format!("kestrel-cpu-{i}"))
                 .build()
                 .map_err(|e| LoadError::Threads(threads.max(1), e.to_string()))?,
+            profiler: Profiler::default(),
         })
     }
 
@@ -317,9 +322,18 @@ impl CpuModel {
     }
 
     fn mm(&self, w: &Weight, x: &[f32], n_tok: usize) -> Vec<f32> {
-        let mut out = vec![0f32; n_tok * w.rows];
-        matmul(self.mat(w), x, n_tok, &mut out, &self.pool);
+        let [out] = self.mm_shared([w], x, n_tok);
         out
+    }
+
+    /// Starts or stops collecting per-op times (see [`CpuModel::take_profile`]).
+    pub fn set_profiling(&self, on: bool) {
+        self.profiler.set(on);
+    }
+
+    /// The times collected since the last call, by kernel class.
+    pub fn take_profile(&self) -> Profile {
+        self.profiler.take()
     }
 
     /// Products of several weights with the same input; the input is
@@ -330,6 +344,7 @@ impl CpuModel {
         x: &[f32],
         n_tok: usize,
     ) -> [Vec<f32>; N] {
+        let t0 = self.profiler.tick();
         let mut cache: Vec<(GgmlType, Vec<Vec<u8>>)> = Vec::new();
         for w in ws {
             let ty = kestrel_quant::vec_dot_type(w.info.ty);
@@ -337,6 +352,8 @@ impl CpuModel {
                 cache.push((ty, quantize_rows(w.info.ty, x, w.cols)));
             }
         }
+        self.profiler.tock(t0, "quantize activations", 0);
+        let t0 = self.profiler.tick();
         let mut outs = ws.map(|w| vec![0f32; n_tok * w.rows]);
         let products = ws
             .iter()
@@ -352,6 +369,13 @@ impl CpuModel {
             })
             .collect();
         run_products(products, &self.pool);
+        if t0.is_some() {
+            let mut types: Vec<String> = ws.iter().map(|w| w.info.ty.to_string()).collect();
+            types.dedup();
+            let bytes = ws.iter().map(|w| self.mat(w).data.len() as u64).sum();
+            self.profiler
+                .tock(t0, &format!("matmul {}", types.join("+")), bytes);
+        }
         outs
     }
 
@@ -366,12 +390,17 @@ impl CpuModel {
         cache: &mut KvCache,
         which: Logits,
     ) -> Vec<f32> {
-        #[cfg(target_arch = "x86_64")]
-        if kestrel_quant::avx2_in_use() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-            return unsafe { self.forward_avx2(tokens, pos0, cache, which) };
-        }
-        self.forward_impl(tokens, pos0, cache, which)
+        // The whole pass runs on a pool worker: its parallel ops then split
+        // work in place (the other workers steal it) instead of waking a
+        // worker and putting this thread to sleep for every op.
+        self.pool.install(|| {
+            #[cfg(target_arch = "x86_64")]
+            if kestrel_quant::avx2_in_use() {
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
+                return unsafe { self.forward_avx2(tokens, pos0, cache, which) };
+            }
+            self.forward_impl(tokens, pos0, cache, which)
+        })
     }
 
     /// The forward pass compiled with AVX2/FMA/F16C, so the element-wise
@@ -404,6 +433,8 @@ impl CpuModel {
         assert!(pos0 + n_tok <= cache.n_ctx, "context overflow");
         let e = hp.n_embd;
 
+        let prof = &self.profiler;
+        let t0 = prof.tick();
         // Embedding lookup.
         let mut x = vec![0f32; n_tok * e];
         let emb = self.mat(&self.tok_embd);
@@ -422,6 +453,7 @@ impl CpuModel {
             x.iter_mut().for_each(|v| *v *= s);
         }
 
+        prof.tock(t0, "embedding", 0);
         let (hd_k, hd_v) = (hp.head_dim_k, hp.head_dim_v);
         let q_dim = hp.n_head * hd_k;
         let k_dim = hp.n_head_kv * hd_k;
@@ -431,6 +463,7 @@ impl CpuModel {
         let mut rope = Vec::new();
 
         for (il, layer) in self.layers.iter().enumerate() {
+            let t0 = prof.tick();
             for t in 0..n_tok {
                 ops::rms_norm(
                     &x[t * e..(t + 1) * e],
@@ -439,6 +472,7 @@ impl CpuModel {
                     &mut h[t * e..(t + 1) * e],
                 );
             }
+            prof.tock(t0, "norm", 0);
             let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
                 let qkv = self.mm(wqkv, &h, n_tok);
                 let w = q_dim + k_dim + v_dim;
@@ -464,6 +498,7 @@ impl CpuModel {
                 (q, k, v)
             };
             let mut v = v;
+            let t0 = prof.tick();
             for (buf, bias) in [
                 (&mut q, &layer.bq),
                 (&mut k, &layer.bk),
@@ -481,6 +516,8 @@ impl CpuModel {
                 k.chunks_exact_mut(hd_k)
                     .for_each(|hd| ops::rms_norm_inplace(hd, kn, hp.rms_eps));
             }
+            prof.tock(t0, "norm, bias", 0);
+            let t0 = prof.tick();
             let swa = hp.swa_layers[il];
             let base = if swa { hp.rope_base_swa } else { hp.rope_base };
             let freq_scale = if swa { 1.0 } else { hp.rope_freq_scale };
@@ -496,6 +533,8 @@ impl CpuModel {
             if blk.prescale_q {
                 q.iter_mut().for_each(|v| *v *= hp.attn_scale);
             }
+            prof.tock(t0, "rope", 0);
+            let t0 = prof.tick();
             // Store this batch's keys and values, then attend over the cache.
             let kc = &mut cache.k[il];
             let vc = &mut cache.v[il];
@@ -528,7 +567,9 @@ impl CpuModel {
                 n_tok,
                 &self.pool,
             );
+            prof.tock(t0, "attention", 0);
             let mut o = self.mm(&layer.wo, &attn, n_tok);
+            let t0 = prof.tick();
             // As llama.cpp, the last layer carries on with only the rows whose
             // logits are wanted: its feed-forward products then see the same
             // batch shape (and so take the same kernels) as the peer's.
@@ -552,6 +593,7 @@ impl CpuModel {
                     &mut h[t * e..(t + 1) * e],
                 );
             }
+            prof.tock(t0, "norm", 0);
             let n_ff = hp.n_ff;
             let (gate, up) = match &layer.ffn_gate {
                 Some(g) => {
@@ -569,6 +611,7 @@ impl CpuModel {
                     (g, u)
                 }
             };
+            let t0 = prof.tick();
             let mut act = vec![0f32; n_tok * n_ff];
             for t in 0..n_tok {
                 let r = t * n_ff..(t + 1) * n_ff;
@@ -581,12 +624,15 @@ impl CpuModel {
                     }
                 }
             }
+            prof.tock(t0, "activation", 0);
             let mut d = self.mm(&layer.ffn_down, &act, n_tok);
+            let t0 = prof.tick();
             if let Some(pn) = &layer.post_ffn_norm {
                 d.chunks_exact_mut(e)
                     .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
             }
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+            prof.tock(t0, "norm", 0);
         }
 
         // After the last layer `x` holds only the wanted rows.

@@ -3,7 +3,11 @@
 //! with, and each weight row is read once for all tokens of a batch.
 
 use kestrel_gguf::GgmlType;
-use kestrel_quant::{dot_path, quantize_activations, vec_dot4_on, vec_dot_on};
+use kestrel_quant::{
+    dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type, VecDot4Fn,
+    VecDotFn,
+};
+use rayon::prelude::*;
 use rayon::ThreadPool;
 
 /// A weight matrix in its stored block format: `rows` rows of `cols` elements.
@@ -34,10 +38,17 @@ pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], pool: &Th
 /// Each row of `x` (rows of `cols`) quantized to the activation type that
 /// weights of type `ty` pair with; products sharing an input and a pairing
 /// (q/k/v, gate/up) quantize it once.
+/// Prompt batches quantize their rows in parallel (on the current pool).
 pub fn quantize_rows(ty: GgmlType, x: &[f32], cols: usize) -> Vec<Vec<u8>> {
-    x.chunks_exact(cols)
-        .map(|row| quantize_activations(ty, row))
-        .collect()
+    if x.len() / cols.max(1) >= 8 {
+        x.par_chunks_exact(cols)
+            .map(|row| quantize_activations(ty, row))
+            .collect()
+    } else {
+        x.chunks_exact(cols)
+            .map(|row| quantize_activations(ty, row))
+            .collect()
+    }
 }
 
 /// As [`matmul`], with activations already quantized by [`quantize_rows`].
@@ -125,6 +136,8 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
 }
 
 /// Rows r0..r1 of `w` against every activation row; writes out[t * stride + (r - r0)].
+/// Tokens on the same kernel path are taken four at a time where a four-row
+/// kernel exists, so each unpacked weight block serves four tokens.
 fn rows_into(
     w: MatRef<'_>,
     acts: &[Vec<u8>],
@@ -135,24 +148,34 @@ fn rows_into(
 ) {
     let rb = w.row_bytes();
     let n_tok = acts.len();
+    let ab = row_bytes(vec_dot_type(w.ty), w.cols);
+    assert_eq!(w.data.len(), rb * w.rows, "{}: weight bytes", w.ty);
+    assert_eq!(rb, row_bytes(w.ty, w.cols), "{}: weight row bytes", w.ty);
+    assert!(acts.iter().all(|a| a.len() == ab), "activation row bytes");
+    // Token runs sharing a path (ggml's choice depends on the token index).
+    let mut runs: Vec<(usize, usize, VecDotFn, Option<VecDot4Fn>)> = Vec::new();
+    for t in 0..n_tok {
+        let path = dot_path(w.ty, w.rows, t, n_tok);
+        match runs.last_mut() {
+            Some(run) if t > 0 && dot_path(w.ty, w.rows, t - 1, n_tok) == path => run.1 = t + 1,
+            _ => runs.push((t, t + 1, dot_kernel(path, w.ty), dot4_kernel(path, w.ty))),
+        }
+    }
     for r in r0..r1 {
         let row = &w.data[r * rb..(r + 1) * rb];
-        let mut t = 0;
-        while t < n_tok {
-            let path = dot_path(w.ty, w.rows, t, n_tok);
-            // Four tokens on one kernel path share each unpacked weight block.
-            if t + 4 <= n_tok && dot_path(w.ty, w.rows, t + 3, n_tok) == path {
-                let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
-                for (k, v) in vec_dot4_on(path, w.ty, w.cols, row, a)
-                    .into_iter()
-                    .enumerate()
-                {
-                    out[(t + k) * stride + (r - r0)] = v;
+        for &(t0, t1, one, four) in &runs {
+            let mut t = t0;
+            if let Some(four) = four {
+                while t + 4 <= t1 {
+                    let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
+                    for (k, v) in four(row, a).into_iter().enumerate() {
+                        out[(t + k) * stride + (r - r0)] = v;
+                    }
+                    t += 4;
                 }
-                t += 4;
-            } else {
-                out[t * stride + (r - r0)] = vec_dot_on(path, w.ty, w.cols, row, &acts[t]);
-                t += 1;
+            }
+            for (tt, a) in acts.iter().enumerate().take(t1).skip(t) {
+                out[tt * stride + (r - r0)] = one(w.cols, row, a);
             }
         }
     }

@@ -15,7 +15,7 @@ use kestrel_tokenizer::{StreamDecoder, Tokenizer};
 
 /// Re-exported so front ends that drive forward passes themselves (the
 /// benchmark) need not depend on the backend crate.
-pub use kestrel_cpu::{KvCache, Logits};
+pub use kestrel_cpu::{KvCache, Logits, Profile};
 
 /// Why loading or generation failed; every variant names what was wrong.
 #[derive(Debug, thiserror::Error)]

@@ -76,7 +76,8 @@ macro_rules! kernel_tables {
         static PORTABLE: [Kernels; 15] = [$(k(T::$ty, $deq, $quant, T::$vt, $dot)),*];
         #[cfg(target_arch = "x86_64")]
         static AVX2: [Kernels; 15] = [$(k(
-            T::$ty, $deq, avx2_quant_twin!($quant), T::$vt, x86::dot_for(T::$ty, avx2_twin!($dot))
+            T::$ty, $deq, x86::quant_for(T::$ty, avx2_quant_twin!($quant)), T::$vt,
+            x86::dot_for(T::$ty, avx2_twin!($dot))
         )),*];
     };
 }
@@ -265,6 +266,42 @@ pub fn dot_path(ty: GgmlType, weight_rows: usize, tok: usize, n_tok: usize) -> D
     }
 }
 
+/// The dot kernel [`vec_dot_on`] runs for `path` and `ty` (the SIMD build
+/// where this CPU has one), to call once per weight row without re-resolving
+/// it. It takes `(n, weight row, activation row)`; lengths are the caller's
+/// to check (a mismatch gives a wrong number or a panic, never undefined
+/// behaviour: kernels walk whole blocks of both slices).
+pub fn dot_kernel(path: DotPath, ty: GgmlType) -> VecDotFn {
+    let kern = kernels(ty);
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return x86::path_dot(path, ty)
+            .or_else(|| path_dot!(path, ty, avx2_twin))
+            .unwrap_or(kern.vec_dot);
+    }
+    path_dot!(path, ty, plain).unwrap_or(kern.vec_dot)
+}
+
+/// Four activation rows against one weight row: `(weight row, [rows])`.
+pub type VecDot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
+/// The four-row kernel for `path` and `ty`, where there is one (prefill);
+/// its results have the bits of [`dot_kernel`]'s, row by row.
+pub fn dot4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return x86::path_dot4(path, ty);
+    }
+    let _ = (path, ty);
+    None
+}
+
+/// Bytes of one row of `n` elements of `ty` (a whole number of blocks),
+/// for checking a product's slices once.
+pub fn row_bytes(ty: GgmlType, n: usize) -> usize {
+    bytes_for(ty, n)
+}
+
 /// [`vec_dot`] in the f32 order of `path`; a path that does not exist for
 /// `ty` falls back to [`DotPath::VecDot`].
 pub fn vec_dot_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -342,6 +379,24 @@ mod tests {
         ];
         let mut checked4 = 0;
         for (i, &ty) in GgmlType::ALL.iter().enumerate() {
+            // Quantizers: same bytes, including exact ties and zero blocks.
+            for blocks in [1usize, 4] {
+                let n = blocks * ty.block_size();
+                let mut x: Vec<f32> = (0..n)
+                    .map(|_| (next() % 20001) as f32 / 100.0 - 100.0)
+                    .collect();
+                x[..ty.block_size().min(n)]
+                    .iter_mut()
+                    .for_each(|v| *v = v.round() / 2.0);
+                if blocks > 1 {
+                    x[n - ty.block_size()..].iter_mut().for_each(|v| *v = 0.0);
+                }
+                let mut p = vec![0u8; bytes_for(ty, n)];
+                let mut v = p.clone();
+                (PORTABLE[i].quantize)(&x, &mut p);
+                (AVX2[i].quantize)(&x, &mut v);
+                assert_eq!(p, v, "{ty} quantize n={n}");
+            }
             for blocks in [1usize, 3, 5] {
                 let n = blocks * ty.block_size();
                 let mut w = vec![0u8; bytes_for(ty, n)];

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::{DotPath, GgmlType as T, VecDotFn};
+use crate::{DotPath, GgmlType as T, VecDot4Fn, VecDotFn};
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
 pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
@@ -27,6 +27,15 @@ pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
     }
 }
 
+/// The hand-written activation quantizer for `ty`, else `twin`.
+pub(crate) const fn quant_for(ty: T, twin: crate::QuantizeFn) -> crate::QuantizeFn {
+    match ty {
+        T::Q8_0 => quantize_q8_0,
+        T::Q8_1 => quantize_q8_1,
+        _ => twin,
+    }
+}
+
 /// The hand-written kernel for a non-default path, if there is one.
 pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
     Some(match (path, ty) {
@@ -38,11 +47,6 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
         _ => return None,
     })
 }
-
-/// Four activation rows against one weight row at once (the weight is
-/// unpacked once per block); each result has exactly the bits of the
-/// single-row kernel for the same path.
-pub(crate) type VecDot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
 /// The four-row kernel for `path` and `ty`, if there is one.
 pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<VecDot4Fn> {
@@ -785,5 +789,81 @@ unsafe fn f32_to_f16_row_avx2(src: &[f32], dst: &mut [u16]) {
     }
     for (d, &s) in dst[n8..n].iter_mut().zip(&src[n8..n]) {
         *d = crate::float::f32_to_f16(s);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Q8_0 / Q8_1 activation quantizers: ggml's AVX2 `quantize_row_q8_0/_1`,
+// instruction for instruction (max-abs by `max_ps`, `127 / amax`, round to
+// nearest-even, saturating packs, and for Q8_1 `d * sum` rounded once).
+// ---------------------------------------------------------------------------
+
+fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+    // SAFETY: as `entry!`.
+    unsafe { quantize_q8(src, dst, false) }
+}
+
+fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
+    // SAFETY: as `entry!`.
+    unsafe { quantize_q8(src, dst, true) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8(src: &[f32], dst: &mut [u8], with_sum: bool) {
+    let bb = if with_sum { 36 } else { 34 };
+    let qs_at = bb - 32;
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bb)) {
+        // SAFETY: x holds 32 floats, b holds 32 quant bytes after its header.
+        unsafe {
+            let p = x.as_ptr();
+            let v = [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ];
+            let sign = _mm256_set1_ps(-0.0);
+            let mut max = _mm256_andnot_ps(sign, v[0]);
+            for vk in &v[1..] {
+                max = _mm256_max_ps(max, _mm256_andnot_ps(sign, *vk));
+            }
+            let mut m4 = _mm_max_ps(_mm256_extractf128_ps::<1>(max), _mm256_castps256_ps128(max));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let mul = _mm256_set1_ps(id);
+            let q: [__m256i; 4] = [
+                _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(
+                    v[0], mul,
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(
+                    v[1], mul,
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(
+                    v[2], mul,
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(
+                    v[3], mul,
+                ))),
+            ];
+            b[0..2].copy_from_slice(&crate::float::f32_to_f16(d).to_le_bytes());
+            if with_sum {
+                let s =
+                    _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+                let mut lanes = [0i32; 8];
+                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, s);
+                let sum = lanes.iter().fold(0i32, |acc, &v| acc.wrapping_add(v));
+                b[2..4].copy_from_slice(&crate::float::f32_to_f16(d * sum as f32).to_le_bytes());
+            }
+            let packed = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let ordered =
+                _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(b.as_mut_ptr().add(qs_at) as *mut __m256i, ordered);
+        }
     }
 }
