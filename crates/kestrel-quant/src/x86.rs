@@ -109,7 +109,39 @@ entry!(dot_q6_k_tiled => q6_k_tiled);
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_at(b: &[u8], at: usize) -> f32 {
     let bits = u16::from_le_bytes([b[at], b[at + 1]]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    // Two lanes of a zero-extended move: with one, LLVM inserts the half
+    // into whatever register is free, often the loop's accumulator, and the
+    // false dependency serialises the loop.
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+        i32::from(bits) | 0x3c00_0000,
+    )))
+}
+
+/// The halves at `bw[at_w]` and `ba[at_a]`, widened together.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_pair(bw: &[u8], at_w: usize, ba: &[u8], at_a: usize) -> (f32, f32) {
+    let w = u32::from(u16::from_le_bytes([bw[at_w], bw[at_w + 1]]));
+    let a = u32::from(u16::from_le_bytes([ba[at_a], ba[at_a + 1]]));
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128((w | (a << 16)) as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The two adjacent halves at `b[at..at + 4]`, widened together.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16x2_at(b: &[u8], at: usize) -> (f32, f32) {
+    let bits = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The product of the halves at `bw[at_w]` and `ba[at_a]`, in f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_product(bw: &[u8], at_w: usize, ba: &[u8], at_a: usize) -> f32 {
+    let (w, a) = f16_pair(bw, at_w, ba, at_a);
+    w * a
 }
 
 /// 32 bytes at `at` (the caller guarantees `at + 32 <= b.len()`).
@@ -209,7 +241,7 @@ fn qh_at(b: &[u8], at: usize) -> u32 {
 unsafe fn q4_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, ba) in w.chunks_exact(18).zip(a.chunks_exact(34)) {
-        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        let d = f16_product(bw, 0, ba, 0);
         unsafe {
             let q = _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8));
             let s = _mm256_cvtepi32_ps(lanes_signed(q, load32(ba, 2)));
@@ -227,7 +259,7 @@ unsafe fn q4_0_repacked(w: &[u8], a: &[u8]) -> f32 {
             let q = _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8));
             hsum_epi32(lanes_signed(q, load32(ba, 2)))
         };
-        acc = (s as f32).mul_add(f16_at(bw, 0) * f16_at(ba, 0), acc);
+        acc = (s as f32).mul_add(f16_product(bw, 0, ba, 0), acc);
     }
     acc
 }
@@ -237,8 +269,9 @@ unsafe fn q4_1(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
     for (bw, ba) in w.chunks_exact(20).zip(a.chunks_exact(36)) {
-        summs = f16_at(bw, 2).mul_add(f16_at(ba, 2), summs);
-        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        let ((dw, m), (da, sa)) = (f16x2_at(bw, 0), f16x2_at(ba, 0));
+        summs = m.mul_add(sa, summs);
+        let d = dw * da;
         unsafe {
             let s = _mm256_cvtepi32_ps(lanes_unsigned(nibbles32(bw, 4), load32(ba, 4)));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
@@ -251,7 +284,7 @@ unsafe fn q4_1(w: &[u8], a: &[u8]) -> f32 {
 unsafe fn q5_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, ba) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
-        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        let d = f16_product(bw, 0, ba, 0);
         unsafe {
             let q = _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2)));
             let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
@@ -267,8 +300,9 @@ unsafe fn q5_1(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
     for (bw, ba) in w.chunks_exact(24).zip(a.chunks_exact(36)) {
-        summs = f16_at(bw, 2).mul_add(f16_at(ba, 2), summs);
-        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        let ((dw, m), (da, sa)) = (f16x2_at(bw, 0), f16x2_at(ba, 0));
+        summs = m.mul_add(sa, summs);
+        let d = dw * da;
         unsafe {
             let q = _mm256_or_si256(nibbles32(bw, 8), fifth_bits(qh_at(bw, 4)));
             let s = _mm256_cvtepi32_ps(lanes_unsigned(q, load32(ba, 4)));
@@ -282,7 +316,7 @@ unsafe fn q5_1(w: &[u8], a: &[u8]) -> f32 {
 unsafe fn q8_0(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, ba) in w.chunks_exact(34).zip(a.chunks_exact(34)) {
-        let d = f16_at(bw, 0) * f16_at(ba, 0);
+        let d = f16_product(bw, 0, ba, 0);
         unsafe {
             let s = _mm256_cvtepi32_ps(lanes_signed(load32(bw, 2), load32(ba, 2)));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
@@ -536,9 +570,10 @@ macro_rules! legacy_x4 {
                 for t in 0..4 {
                     let ba = &a[t][i * $ab..(i + 1) * $ab];
                     if $summs {
-                        summs[t] = f16_at($bw, 2).mul_add(f16_at(ba, 2), summs[t]);
+                        let (m, sa) = f16_pair($bw, 2, ba, 2);
+                        summs[t] = m.mul_add(sa, summs[t]);
                     }
-                    let d = f16_at($bw, 0) * f16_at(ba, 0);
+                    let d = f16_product($bw, 0, ba, 0);
                     let act = unsafe { load32(ba, $aq) };
                     let l = if $signed {
                         lanes_signed(q, act)
