@@ -205,16 +205,19 @@ unsafe fn nibbles32(b: &[u8], at: usize) -> __m256i {
     debug_assert!(at + 16 <= b.len());
     unsafe {
         // SAFETY: 16 bytes in bounds per the block layout.
+        // Both halves from one broadcast load, the upper one shifted by a
+        // nibble: no cross-lane shuffle (those queue on one port).
         let lo = _mm_loadu_si128(b.as_ptr().add(at) as *const __m128i);
-        let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+        let both = _mm256_broadcastsi128_si256(lo);
+        let shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
     }
 }
 
-/// 0x10 in byte j where bit j of `qh` is set, else 0.
+/// 0xff in byte j where bit j of `qh` is set, else 0.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn fifth_bits(qh: u32) -> __m256i {
+fn bit_mask(qh: u32) -> __m256i {
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(qh as i32),
         _mm256_setr_epi64x(
@@ -225,8 +228,23 @@ fn fifth_bits(qh: u32) -> __m256i {
         ),
     );
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// 0x10 in byte j where bit j of `qh` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_bits(qh: u32) -> __m256i {
+    _mm256_and_si256(bit_mask(qh), _mm256_set1_epi8(0x10))
+}
+
+/// Q5_0 quants minus 16 as signed bytes: a nibble whose fifth bit is clear
+/// gets 0xf0 or-ed in, which is the nibble minus 16 in two's complement.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_quants(bw: &[u8]) -> __m256i {
+    let high = _mm256_andnot_si256(bit_mask(qh_at(bw, 2)), _mm256_set1_epi8(0xf0u8 as i8));
+    _mm256_or_si256(unsafe { nibbles32(bw, 6) }, high)
 }
 
 fn qh_at(b: &[u8], at: usize) -> u32 {
@@ -286,8 +304,7 @@ unsafe fn q5_0(w: &[u8], a: &[u8]) -> f32 {
     for (bw, ba) in w.chunks_exact(22).zip(a.chunks_exact(34)) {
         let d = f16_product(bw, 0, ba, 0);
         unsafe {
-            let q = _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2)));
-            let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+            let q = q5_0_quants(bw);
             let s = _mm256_cvtepi32_ps(lanes_signed(q, load32(ba, 2)));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
         }
@@ -410,13 +427,22 @@ unsafe fn q4_k_repacked(w: &[u8], a: &[u8], group: usize) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
         let da = q8k_d(ba);
-        let scale_d = f16_at(bw, 0) * da;
-        let scale_min = f16_at(bw, 2) * da;
+        let (d, dmin) = f16x2_at(bw, 0);
+        let (scale_d, scale_min) = (d * da, dmin * da);
         let (scale, min) = q4k_scales(bw);
         let pairs = unsafe { q4k_pair_lanes(bw, ba, &scale) };
         let mut per_pair = [0i32; 4];
-        for (s, &v) in per_pair.iter_mut().zip(&pairs) {
-            *s = unsafe { hsum_epi32(v) };
+        if group == 8 {
+            // One sum for the whole block: add the lanes first (exact).
+            let all = _mm256_add_epi32(
+                _mm256_add_epi32(pairs[0], pairs[1]),
+                _mm256_add_epi32(pairs[2], pairs[3]),
+            );
+            per_pair[0] = unsafe { hsum_epi32(all) };
+        } else {
+            for (s, &v) in per_pair.iter_mut().zip(&pairs) {
+                *s = unsafe { hsum_epi32(v) };
+            }
         }
         for p0 in (0..4).step_by(group / 2) {
             let sum: i32 = per_pair[p0..p0 + group / 2].iter().sum();
@@ -596,10 +622,7 @@ macro_rules! legacy_x4 {
 }
 
 legacy_x4!(q4_1_x4, 20, 36, 4, false, true, |bw| nibbles32(bw, 4));
-legacy_x4!(q5_0_x4, 22, 34, 2, true, false, |bw| _mm256_sub_epi8(
-    _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2))),
-    _mm256_set1_epi8(16)
-));
+legacy_x4!(q5_0_x4, 22, 34, 2, true, false, |bw| q5_0_quants(bw));
 legacy_x4!(q8_0_x4, 34, 34, 2, true, false, |bw| load32(bw, 2));
 
 #[target_feature(enable = "avx2,fma,f16c")]
