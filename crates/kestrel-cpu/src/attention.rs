@@ -1,10 +1,16 @@
 //! Causal attention over the f16 KV cache, with optional sliding window and
 //! grouped-query heads. It follows the two paths of ggml's CPU flash
 //! attention because their rounding differs: batches under 64 queries
-//! (decode, short prompts) convert Q to f16 and accumulate V in f16; larger
-//! batches work in f32.
+//! (decode, short prompts) go one query and one key at a time, with Q
+//! rounded to f16 and V accumulated in f16; larger batches go in 64x64 tiles
+//! in f32 (see [`attend_tiled`]).
+//!
+//! Not yet followed: ggml's split-KV decode path, taken for one query over
+//! 512+ keys, which sums partial results per thread; decode past 512 tokens
+//! of context can therefore part from llama.cpp after a near-tie.
 
-use kestrel_quant::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_mad_f16, f32_to_f16_row};
+use crate::ops::ggml_v_expf;
+use kestrel_quant::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_to_f16_row};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
@@ -38,15 +44,18 @@ pub fn attend(
     pool: &ThreadPool,
 ) -> Vec<f32> {
     let dv = s.head_dim_v;
+    if n_tok >= TILED_MIN_QUERIES {
+        return attend_tiled(s, q, kc, vc, pos0, n_tok, pool);
+    }
     let mut out = vec![0f32; n_tok * s.n_head * dv];
     let work = n_tok * s.n_head * (pos0 + n_tok) * (s.head_dim_k + dv);
     let one = |i: usize, dst: &mut [f32]| {
         // Chunk i is query row i, or head i of the single query row.
         if n_tok == 1 {
-            head(s, q, kc, vc, pos0, n_tok, 0, i, dst);
+            head(s, q, kc, vc, pos0, 0, i, dst);
         } else {
             for (h, d) in dst.chunks_exact_mut(dv).enumerate() {
-                head(s, q, kc, vc, pos0, n_tok, i, h, d);
+                head(s, q, kc, vc, pos0, i, h, d);
             }
         }
     };
@@ -65,7 +74,9 @@ pub fn attend(
     out
 }
 
-/// Attention of query row `t`, head `h`, into `dst` (head_dim_v values).
+/// Attention of query row `t`, head `h`, into `dst` (head_dim_v values), in
+/// the rounding of ggml's one-query-at-a-time path (`flash_attn_ext_f16_one_chunk`):
+/// Q rounded to f16, f16 dot products, V accumulated in f16.
 #[allow(clippy::too_many_arguments)]
 fn head(
     s: &AttnShape,
@@ -73,7 +84,6 @@ fn head(
     kc: &[u16],
     vc: &[u16],
     pos0: usize,
-    n_tok: usize,
     t: usize,
     h: usize,
     dst: &mut [f32],
@@ -94,22 +104,7 @@ fn head(
     let value = |j: usize| &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
     let mut m = f32::NEG_INFINITY;
     let mut sum = 0f32;
-    if n_tok >= TILED_MIN_QUERIES {
-        let mut kf = vec![0f32; dk];
-        let mut acc = vec![0f32; dv];
-        for j in lo..=p {
-            f16_to_f32_row(key(j), &mut kf);
-            let sc = qh.iter().zip(&kf).map(|(a, b)| a * b).sum::<f32>() * s.scale;
-            let (ms, vs) = online_step(&mut m, sc);
-            if ms != 1.0 {
-                acc.iter_mut().for_each(|a| *a *= ms);
-            }
-            f32_mad_f16(&mut acc, value(j), vs);
-            sum = sum.mul_add(ms, vs);
-        }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        dst.iter_mut().zip(&acc).for_each(|(d, a)| *d = a * inv);
-    } else {
+    {
         let mut q16 = vec![0u16; dk];
         let mut acc = vec![0u16; dv];
         f32_to_f16_row(qh, &mut q16);
@@ -127,6 +122,179 @@ fn head(
         f16_to_f32_row(&acc, &mut wide);
         dst.iter_mut().zip(&wide).for_each(|(d, a)| *d = a * inv);
     }
+}
+
+/// ggml's key tile (`GGML_FA_TILE_KV`); its query tile is the same size.
+const KV_TILE: usize = 64;
+
+/// Batches of 64+ queries, in the rounding of ggml's tiled path
+/// (`flash_attn_ext_tiled`): keys in tiles of 64; per tile the scores are
+/// sequential fused sums over the head dimension, scaled and masked; the
+/// running maximum moves per tile (rescaling by libm `expf`); the weights come
+/// from ggml's vector `expf` with per-8 partial sums added in f64; values
+/// accumulate in f32 as sequential fused sums over the tile's keys.
+/// Work is split by (head, 64-query tile).
+fn attend_tiled(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    n_tok: usize,
+    pool: &ThreadPool,
+) -> Vec<f32> {
+    let dv = s.head_dim_v;
+    let n_qt = n_tok.div_ceil(KV_TILE);
+    let task = |i: usize| -> Vec<f32> {
+        let (h, qt) = (i / n_qt, i % n_qt);
+        let t0 = qt * KV_TILE;
+        let t1 = (t0 + KV_TILE).min(n_tok);
+        #[cfg(target_arch = "x86_64")]
+        if kestrel_quant::avx2_in_use() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { tile_avx2(s, q, kc, vc, pos0, h, t0, t1) };
+        }
+        tile(s, q, kc, vc, pos0, h, t0, t1)
+    };
+    let parts: Vec<Vec<f32>> =
+        pool.install(|| (0..s.n_head * n_qt).into_par_iter().map(task).collect());
+    let mut out = vec![0f32; n_tok * s.n_head * dv];
+    for (i, part) in parts.iter().enumerate() {
+        let (h, qt) = (i / n_qt, i % n_qt);
+        for (k, row) in part.chunks_exact(dv).enumerate() {
+            let t = qt * KV_TILE + k;
+            out[(t * s.n_head + h) * dv..(t * s.n_head + h + 1) * dv].copy_from_slice(row);
+        }
+    }
+    out
+}
+
+/// [`tile`] compiled with AVX2/FMA, so its fused multiply-adds are
+/// instructions and its loops over keys and dimensions vectorize.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_avx2(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    h: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
+    tile(s, q, kc, vc, pos0, h, t0, t1)
+}
+
+/// Query rows t0..t1 of head `h`; returns (t1 - t0) rows of head_dim_v.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    h: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
+    let (dk, dv) = (s.head_dim_k, s.head_dim_v);
+    let q_w = s.n_head * dk;
+    let k_w = s.n_head_kv * dk;
+    let v_w = s.n_head_kv * dv;
+    let kvh = h / (s.n_head / s.n_head_kv);
+    let rows = t1 - t0;
+    let mut out = vec![0f32; rows * dv];
+    let mut m = vec![f32::NEG_INFINITY; rows];
+    let mut sum = vec![0f32; rows];
+    // K tile transposed (dk x 64) and V tile (64 x dv), widened to f32.
+    let mut kt = vec![0f32; dk * KV_TILE];
+    let mut vt = vec![0f32; KV_TILE * dv];
+    let mut krow = vec![0f32; dk];
+    let mut kq = [0f32; KV_TILE];
+    let last = pos0 + t1 - 1;
+    for ic in (0..=last).step_by(KV_TILE) {
+        let n_k = KV_TILE.min(last + 1 - ic);
+        for tk in 0..KV_TILE {
+            if tk < n_k {
+                let j = ic + tk;
+                f16_to_f32_row(&kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk], &mut krow);
+                f16_to_f32_row(
+                    &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv],
+                    &mut vt[tk * dv..(tk + 1) * dv],
+                );
+            } else {
+                krow.iter_mut().for_each(|v| *v = 0.0);
+                vt[tk * dv..(tk + 1) * dv].iter_mut().for_each(|v| *v = 0.0);
+            }
+            for (d, &v) in krow.iter().enumerate() {
+                kt[d * KV_TILE + tk] = v;
+            }
+        }
+        for r in 0..rows {
+            let p = pos0 + t0 + r;
+            let lo = if s.window > 0 {
+                (p + 1).saturating_sub(s.window)
+            } else {
+                0
+            };
+            let qh = &q[(t0 + r) * q_w + h * dk..(t0 + r) * q_w + (h + 1) * dk];
+            kq.iter_mut().for_each(|v| *v = 0.0);
+            for (d, &qd) in qh.iter().enumerate() {
+                let kd = &kt[d * KV_TILE..(d + 1) * KV_TILE];
+                for (a, &k) in kq.iter_mut().zip(kd) {
+                    *a = k.mul_add(qd, *a);
+                }
+            }
+            for (tk, a) in kq.iter_mut().enumerate() {
+                let j = ic + tk;
+                *a = if tk < n_k && j >= lo && j <= p {
+                    *a * s.scale
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            if tile_max == f32::NEG_INFINITY {
+                continue;
+            }
+            let acc = &mut out[r * dv..(r + 1) * dv];
+            let m_new = m[r].max(tile_max);
+            if m_new > m[r] {
+                let ms = (m[r] - m_new).exp();
+                acc.iter_mut().for_each(|a| *a *= ms);
+                sum[r] *= ms;
+            }
+            m[r] = m_new;
+            let mut total = 0f64;
+            for chunk in kq.chunks_exact_mut(8) {
+                chunk.iter_mut().for_each(|v| *v = ggml_v_expf(*v - m_new));
+                let c: [f32; 8] = (&*chunk).try_into().expect("8 lanes");
+                total += f64::from(crate_hsum8(&c));
+            }
+            sum[r] = (f64::from(sum[r]) + total) as f32;
+            for (tk, &w) in kq.iter().enumerate() {
+                let vrow = &vt[tk * dv..(tk + 1) * dv];
+                for (a, &v) in acc.iter_mut().zip(vrow) {
+                    *a = v.mul_add(w, *a);
+                }
+            }
+        }
+    }
+    for (r, row) in out.chunks_exact_mut(dv).enumerate() {
+        let inv = if sum[r] == 0.0 { 0.0 } else { 1.0 / sum[r] };
+        row.iter_mut().for_each(|a| *a *= inv);
+    }
+    out
+}
+
+/// `hsum_float_8`'s order: ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)).
+#[inline(always)]
+fn crate_hsum8(x: &[f32; 8]) -> f32 {
+    let r = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
 }
 
 /// One online-softmax step for score `s`: returns (factor for the running

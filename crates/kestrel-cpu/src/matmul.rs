@@ -135,6 +135,12 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     }
 }
 
+/// Weight rows per cache tile (a few KiB to a few tens of KiB: L1).
+const ROW_TILE: usize = 16;
+/// Activation rows per cache tile (a multiple of 4, so four-token groups
+/// keep their alignment; about 100 KiB of Q8 rows at these widths: L2).
+const TOK_TILE: usize = 128;
+
 /// Rows r0..r1 of `w` against every activation row; writes out[t * stride + (r - r0)].
 /// Tokens on the same kernel path are taken four at a time where a four-row
 /// kernel exists, so each unpacked weight block serves four tokens.
@@ -161,21 +167,33 @@ fn rows_into(
             _ => runs.push((t, t + 1, dot_kernel(path, w.ty), dot4_kernel(path, w.ty))),
         }
     }
-    for r in r0..r1 {
-        let row = &w.data[r * rb..(r + 1) * rb];
-        for &(t0, t1, one, four) in &runs {
-            let mut t = t0;
-            if let Some(four) = four {
-                while t + 4 <= t1 {
-                    let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
-                    for (k, v) in four(row, a).into_iter().enumerate() {
-                        out[(t + k) * stride + (r - r0)] = v;
+    let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+    // Cache blocking for prompt batches: a tile of activation rows stays in
+    // L2 while tiles of weight rows pass through L1, instead of every
+    // weight row streaming the whole batch's activations again.
+    for tt0 in (0..n_tok).step_by(TOK_TILE) {
+        let tt1 = (tt0 + TOK_TILE).min(n_tok);
+        for rt0 in (r0..r1).step_by(ROW_TILE) {
+            let rt1 = (rt0 + ROW_TILE).min(r1);
+            for &(t0, t1, one, four) in &runs {
+                let (a0, a1) = (t0.max(tt0), t1.min(tt1));
+                let mut t = a0;
+                if let Some(four) = four {
+                    while t + 4 <= a1 {
+                        let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
+                        for r in rt0..rt1 {
+                            for (k, v) in four(row(r), a).into_iter().enumerate() {
+                                out[(t + k) * stride + (r - r0)] = v;
+                            }
+                        }
+                        t += 4;
                     }
-                    t += 4;
                 }
-            }
-            for (tt, a) in acts.iter().enumerate().take(t1).skip(t) {
-                out[tt * stride + (r - r0)] = one(w.cols, row, a);
+                for (tt, a) in acts.iter().enumerate().take(a1).skip(t) {
+                    for r in rt0..rt1 {
+                        out[tt * stride + (r - r0)] = one(w.cols, row(r), a);
+                    }
+                }
             }
         }
     }

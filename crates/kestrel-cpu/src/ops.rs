@@ -71,7 +71,7 @@ pub fn rope_apply(head: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
 /// exp(x) by ggml's AVX2 polynomial (`ggml_v_expf`), lane for lane, so that
 /// SiLU matches llama.cpp bit for bit.
 #[inline]
-fn ggml_v_expf(x: f32) -> f32 {
+pub(crate) fn ggml_v_expf(x: f32) -> f32 {
     let r = f32::from_bits(0x4B40_0000); // 0x1.8p23
     let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), r); // log2(e)
     let n = z - r;
