@@ -99,6 +99,18 @@ impl Unpacked {
         .sum()
     }
 
+    /// The whole super-block's integer parts against `ba`, with the
+    /// weight's factors `d` and `dmin` (0 without minimums).
+    #[inline(always)]
+    pub fn parts(&self, ba: &[u8], d: f32, dmin: f32) -> SuperBlock {
+        SuperBlock {
+            sum: self.scaled_sum(&self.quads(ba), 0..16),
+            sum_min: self.min_sum(ba, 0..16),
+            d,
+            dmin,
+        }
+    }
+
     /// Sum of `min * sum(a)` over the 16-element runs `runs`.
     #[inline(always)]
     pub fn min_sum(&self, ba: &[u8], runs: std::ops::Range<usize>) -> i32 {

@@ -102,14 +102,7 @@ fn unpack(b: &[u8]) -> Unpacked {
 
 #[inline(always)]
 pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
-    let u = unpack(bw);
-    let quads = u.quads(ba);
-    SuperBlock {
-        sum: u.scaled_sum(&quads, 0..16),
-        sum_min: u.min_sum(ba, 0..16),
-        d: read_f16(bw, D),
-        dmin: read_f16(bw, DMIN),
-    }
+    unpack(bw).parts(ba, read_f16(bw, D), read_f16(bw, DMIN))
 }
 
 #[inline(always)]

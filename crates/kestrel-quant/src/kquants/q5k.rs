@@ -71,13 +71,7 @@ fn unpack(bw: &[u8]) -> Unpacked {
 
 #[inline(always)]
 pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
-    let u = unpack(bw);
-    SuperBlock {
-        sum: u.scaled_sum(&u.quads(ba), 0..16),
-        sum_min: u.min_sum(ba, 0..16),
-        d: read_f16(bw, D),
-        dmin: read_f16(bw, DMIN),
-    }
+    unpack(bw).parts(ba, read_f16(bw, D), read_f16(bw, DMIN))
 }
 
 /// Follows ggml's AVX2 kernel lane for lane (see [`Unpacked::lanes`]); the

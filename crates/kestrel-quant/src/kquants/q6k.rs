@@ -82,13 +82,7 @@ fn unpack(b: &[u8]) -> Unpacked {
 
 #[inline(always)]
 pub(crate) fn parts(bw: &[u8], ba: &[u8]) -> SuperBlock {
-    let u = unpack(bw);
-    SuperBlock {
-        sum: u.scaled_sum(&u.quads(ba), 0..16),
-        sum_min: 0,
-        d: read_f16(bw, D),
-        dmin: 0.0,
-    }
+    unpack(bw).parts(ba, read_f16(bw, D), 0.0)
 }
 
 #[inline(always)]
