@@ -187,14 +187,14 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
     crate::lanes::hsum8(&x)
 }
 
-/// Sum of the 8 i32 lanes (exact).
+/// Sum of the 8 i32 lanes (exact: integer adds in any order).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let mut x = [0i32; 8];
-    // SAFETY: x holds 8 ints.
-    unsafe { _mm256_storeu_si256(x.as_mut_ptr() as *mut __m256i, v) };
-    x.iter().sum()
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
 }
 
 /// 16 nibble bytes at `at` as 32 bytes: low nibbles are elements 0..16,
@@ -438,10 +438,10 @@ unsafe fn q4_k_repacked(w: &[u8], a: &[u8], group: usize) -> f32 {
                 _mm256_add_epi32(pairs[0], pairs[1]),
                 _mm256_add_epi32(pairs[2], pairs[3]),
             );
-            per_pair[0] = unsafe { hsum_epi32(all) };
+            per_pair[0] = hsum_epi32(all);
         } else {
             for (s, &v) in per_pair.iter_mut().zip(&pairs) {
-                *s = unsafe { hsum_epi32(v) };
+                *s = hsum_epi32(v);
             }
         }
         for p0 in (0..4).step_by(group / 2) {
@@ -583,6 +583,24 @@ unsafe fn q6_k_tiled(w: &[u8], a: &[u8]) -> f32 {
 // each weight block unpacked once.
 // ---------------------------------------------------------------------------
 
+/// The halves at `at` in four blocks, widened together and multiplied by `by`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn half4_times(blocks: [&[u8]; 4], at: usize, by: f32) -> [f32; 4] {
+    let mut bits = 0u64;
+    for (t, b) in blocks.iter().enumerate() {
+        bits |= u64::from(u16::from_le_bytes([b[at], b[at + 1]])) << (16 * t);
+    }
+    let v = _mm_mul_ps(
+        _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64)),
+        _mm_set1_ps(by),
+    );
+    let mut out = [0f32; 4];
+    // SAFETY: out holds 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
+    out
+}
+
 /// A legacy-format four-row dot: `$unpack` turns block `$bw` into 32 weight
 /// bytes (signed if `$signed`), `$summs` adds the Q8_1 offset terms.
 macro_rules! legacy_x4 {
@@ -593,13 +611,27 @@ macro_rules! legacy_x4 {
             let mut summs = [0f32; 4];
             for (i, $bw) in w.chunks_exact($wb).enumerate() {
                 let q = unsafe { $unpack };
+                let blocks = [
+                    &a[0][i * $ab..(i + 1) * $ab],
+                    &a[1][i * $ab..(i + 1) * $ab],
+                    &a[2][i * $ab..(i + 1) * $ab],
+                    &a[3][i * $ab..(i + 1) * $ab],
+                ];
+                // The four rows' scales widened by one conversion, times the
+                // weight's (the same products as one at a time).
+                let (dw, mw) = f16x2_at($bw, 0);
+                let d = half4_times(blocks, 0, dw);
+                let sa = if $summs {
+                    half4_times(blocks, 2, 1.0)
+                } else {
+                    [0f32; 4]
+                };
                 for t in 0..4 {
-                    let ba = &a[t][i * $ab..(i + 1) * $ab];
+                    let ba = blocks[t];
                     if $summs {
-                        let (m, sa) = f16_pair($bw, 2, ba, 2);
-                        summs[t] = m.mul_add(sa, summs[t]);
+                        summs[t] = mw.mul_add(sa[t], summs[t]);
                     }
-                    let d = f16_product($bw, 0, ba, 0);
+                    let d = d[t];
                     let act = unsafe { load32(ba, $aq) };
                     let l = if $signed {
                         lanes_signed(q, act)
@@ -657,7 +689,7 @@ unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                         ),
                     )
                 };
-                let sum = unsafe { hsum_epi32(lanes) };
+                let sum = hsum_epi32(lanes);
                 let sum_min = bsum_dot(ba, &min, 4 * p..4 * p + 4);
                 acc[t] = (sum as f32).mul_add(scale_d, acc[t]);
                 acc_min[t] = (sum_min as f32).mul_add(scale_min, acc_min[t]);
@@ -717,7 +749,7 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                 let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
                 lanes = _mm256_add_epi32(lanes, lanes_scaled(quants[g], act, scales[g]));
             }
-            let unsigned = unsafe { hsum_epi32(lanes) };
+            let unsigned = hsum_epi32(lanes);
             let sum = unsigned - 32 * bsum_dot(ba, &scale, 0..16);
             *acc = tiled_step(*acc, f16_at(bw, 208), 0.0, sum, 0, q8k_d(ba));
         }
