@@ -290,7 +290,8 @@ impl CpuModel {
         self.pool.current_num_threads()
     }
 
-    /// Bytes of weights one decode step reads.
+    /// Bytes of all tensors in the file (token embeddings included, which a
+    /// decode step only gathers a row of unless they double as the output).
     pub fn weight_bytes(&self) -> u64 {
         self.file.tensors().iter().map(|t| t.n_bytes).sum()
     }

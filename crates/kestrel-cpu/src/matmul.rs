@@ -32,7 +32,15 @@ const PARALLEL_MIN_BYTES: usize = 1 << 16;
 /// out[t * w.rows + r] = dot(w row r, x row t) for `n_tok` rows of `x` (each `w.cols` long).
 pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], pool: &ThreadPool) {
     debug_assert_eq!(x.len(), n_tok * w.cols);
-    matmul_quantized(w, &quantize_rows(w.ty, x, w.cols), out, pool);
+    let acts = quantize_rows(w.ty, x, w.cols);
+    run_products(
+        vec![Product {
+            w,
+            acts: &acts,
+            out,
+        }],
+        pool,
+    );
 }
 
 /// Each row of `x` (rows of `cols`) quantized to the activation type that
@@ -49,11 +57,6 @@ pub fn quantize_rows(ty: GgmlType, x: &[f32], cols: usize) -> Vec<Vec<u8>> {
             .map(|row| quantize_activations(ty, row))
             .collect()
     }
-}
-
-/// As [`matmul`], with activations already quantized by [`quantize_rows`].
-pub fn matmul_quantized(w: MatRef<'_>, acts: &[Vec<u8>], out: &mut [f32], pool: &ThreadPool) {
-    run_products(vec![Product { w, acts, out }], pool);
 }
 
 /// One weight x quantized-activations product; `out` is [tok][row].

@@ -305,28 +305,8 @@ pub fn row_bytes(ty: GgmlType, n: usize) -> usize {
 /// [`vec_dot`] in the f32 order of `path`; a path that does not exist for
 /// `ty` falls back to [`DotPath::VecDot`].
 pub fn vec_dot_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let kern = checked(ty, n, w, a);
-    #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
-        let f = x86::path_dot(path, ty).or_else(|| path_dot!(path, ty, avx2_twin));
-        return f.unwrap_or(kern.vec_dot)(n, w, a);
-    }
-    path_dot!(path, ty, plain).unwrap_or(kern.vec_dot)(n, w, a)
-}
-
-/// [`vec_dot_on`] for four activation rows against the same weight row:
-/// the same four results, faster where a four-row kernel exists (prefill).
-pub fn vec_dot4_on(path: DotPath, ty: GgmlType, n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
-        if let Some(f) = x86::path_dot4(path, ty) {
-            for r in a {
-                checked(ty, n, w, r);
-            }
-            return f(w, a);
-        }
-    }
-    a.map(|r| vec_dot_on(path, ty, n, w, r))
+    checked(ty, n, w, a);
+    dot_kernel(path, ty)(n, w, a)
 }
 
 /// The kernel of a non-default `DotPath`, built by `$build` (`plain` or
