@@ -1,44 +1,69 @@
-//! Token sampling: sampler parameters, the CPU reference sampler, and the seeded random
-//! generator ([`XorShift`]) that GPU sampling kernels must reproduce bit for bit.
+//! Token sampling: sampler parameters, the CPU reference sampler (the exact distribution a GPU
+//! sampler is held to), the seeded random generator ([`XorShift`]) that GPU sampling kernels
+//! must reproduce bit for bit, top-N log-probabilities, and stop-string matching for streamed
+//! text ([`StopMatcher`]).
 //!
 //! # The chain
 //!
-//! [`Sampler::sample`] turns one row of logits into a token id:
+//! [`Sampler::sample_with_history`] turns one row of logits, plus the tokens seen so far (prompt
+//! and generated), into a token id; [`Sampler::sample`] is the same with an empty history. The
+//! order is llama.cpp's default chain (logit bias, penalties, top-k, top-p, min-p, temperature,
+//! dist):
 //!
-//! 1. **Sanitize.** NaN logits count as `-inf` (never chosen); `+inf` counts as `f32::MAX`.
-//!    Tokens at `-inf` are dropped from the candidates (their probability is 0 anyway).
-//! 2. **Greedy** when `temperature <= 0`: the first maximum (lowest token id among ties) is
-//!    returned and no random number is drawn. Steps 3–8 are skipped.
-//! 3. **Sort** candidates by logit, descending; ties are broken by the lower token id.
-//! 4. **Top-k** (`top_k > 0`): keep the first `top_k` candidates.
-//! 5. **Top-p** (`top_p < 1`): softmax (temperature 1) over the remaining candidates, then keep
+//! 1. **Sanitize.** NaN logits count as `-inf` (never chosen); `+inf` counts as `f32::MAX`, so
+//!    several `+inf` logits tie with each other and beat every finite one.
+//! 2. **Logit bias.** Each `(id, bias)` of [`SamplerParams::logit_bias`] adds `bias` to logit
+//!    `id`. Ids outside the row are ignored (validating them is the caller's job), NaN biases are
+//!    ignored, and several entries for one id add up. The result is sanitized again, so a bias
+//!    of `-inf` bans a token (even one whose logit is `+inf`), and `+inf` lifts it to `f32::MAX`.
+//! 3. **Penalties** (llama.cpp's `penalties` sampler) over the last
+//!    [`repeat_last_n`](SamplerParams::repeat_last_n) tokens of the history: for every distinct
+//!    token id in that window, seen `c` times, whose logit `l` is not `-inf`:
+//!    `l = if l <= 0 { l * repeat_penalty } else { l / repeat_penalty }`, then
+//!    `l -= c * frequency_penalty + presence_penalty`, then sanitize. History ids outside the
+//!    row are ignored. Tokens already at `-inf` stay there, so penalties never revive a ban.
+//! 4. **Greedy** when `temperature <= 0` (or NaN): the first maximum of the adjusted row
+//!    (lowest token id among ties) is returned and no random number is drawn. Steps 5–10 are
+//!    skipped; bias and penalties did apply, as in llama.cpp.
+//! 5. **Sort** the candidates that are not `-inf` by logit, descending; ties by lower token id.
+//! 6. **Top-k** (`top_k > 0`): keep the first `top_k` candidates.
+//! 7. **Top-p** (`top_p < 1`): softmax (temperature 1) over the remaining candidates, then keep
 //!    the shortest prefix whose cumulative probability is `>= top_p`, and at least one token.
 //!    `top_p <= 0` therefore keeps exactly one token.
-//! 6. **Min-p** (`min_p > 0`): keep the candidates whose logit is `>= max_logit + ln(min_p)`,
+//! 8. **Min-p** (`min_p > 0`): keep the candidates whose logit is `>= max_logit + ln(min_p)`,
 //!    i.e. whose probability is at least `min_p` times the most likely one's; at least one.
-//! 7. **Temperature**: weights `w_i = exp((logit_i - max_logit) / temperature)` over the
+//! 9. **Temperature**: weights `w_i = exp((logit_i - max_logit) / temperature)` over the
 //!    survivors (a softmax, up to the normalising sum).
-//! 8. **Draw**: exactly one uniform `u` in `[0, 1)` from the generator ([`XorShift::next_f32`]),
-//!    then inverse CDF over the candidates in the sorted order of step 3: the first candidate `i`
-//!    with `u * sum(w) < w_0 + ... + w_i` (all in `f32`, summed in that order); if rounding
-//!    leaves none, the last candidate.
+//! 10. **Draw**: exactly one uniform `u` in `[0, 1)` from the generator ([`XorShift::next_f32`]),
+//!     then inverse CDF over the candidates in the sorted order of step 5: the first candidate
+//!     `i` with `u * sum(w) < w_0 + ... + w_i` (all in `f32`, summed in that order); if rounding
+//!     leaves none, the last candidate.
 //!
 //! The filters see untempered logits, as in llama.cpp's default chain (top-k, top-p and min-p
 //! run before its temperature sampler); top-p renormalises over what top-k left, as llama.cpp
-//! does; with `min_keep = 1` throughout. If every logit is `-inf` or NaN, the result is token 0
-//! (in both modes; the sampling mode still draws its one number, so the generator advances by
-//! exactly one draw per non-greedy call).
+//! does; with `min_keep = 1` throughout. If every adjusted logit is `-inf` (all NaN, `-inf` or
+//! banned), the result is token 0 (in both modes; the sampling mode still draws its one number,
+//! so the generator advances by exactly one draw per non-greedy call).
+//!
+//! [`distribution_with_history`] returns the exact distribution step 10 draws from;
+//! [`logprobs_with_history`] reports log-probabilities of the full adjusted row (after steps 1–3,
+//! before filters and temperature).
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod stop;
+
+pub use stop::{StopMatcher, StopStep};
+
 /// Sampling parameters.
 ///
-/// More fields will be added (logit bias, repetition penalties, ...); build values with
-/// struct-update syntax (`SamplerParams { top_k: 20, ..Default::default() }`) so that code keeps
-/// compiling as the struct grows.
+/// More fields may be added; build values with struct-update syntax
+/// (`SamplerParams { top_k: 20, ..Default::default() }`) so that code keeps compiling as the
+/// struct grows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerParams {
     /// Softmax temperature; `<= 0` means greedy (argmax).
@@ -52,12 +77,25 @@ pub struct SamplerParams {
     pub min_p: f32,
     /// Seed of the [`XorShift`] generator.
     pub seed: u64,
+    /// Repetition penalty: positive logits of recent tokens are divided by it, non-positive
+    /// ones multiplied; `1.0` turns it off.
+    pub repeat_penalty: f32,
+    /// How many of the most recent history tokens the penalties look at; `0` turns all
+    /// penalties off, negative (llama.cpp accepts `-1`) means the whole history.
+    pub repeat_last_n: i32,
+    /// Subtracted from a recent token's logit once per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// Subtracted from a recent token's logit once if it occurs in the window at all.
+    pub presence_penalty: f32,
+    /// `(token id, bias)` pairs added to the logits before anything else; `-inf` bans a token.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerParams {
-    /// llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, and a fresh
-    /// [`random_seed`] (so two default samplers draw different sequences; set `seed` for
-    /// reproducible output).
+    /// llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off
+    /// (repeat penalty 1.0 over the last 64 tokens, frequency and presence 0), no logit bias,
+    /// and a fresh [`random_seed`] (so two default samplers draw different sequences; set
+    /// `seed` for reproducible output).
     fn default() -> SamplerParams {
         SamplerParams {
             temperature: 0.8,
@@ -65,6 +103,11 @@ impl Default for SamplerParams {
             top_p: 0.95,
             min_p: 0.05,
             seed: random_seed(),
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -103,39 +146,63 @@ impl Sampler {
         &self.rng
     }
 
-    /// Picks the next token from `logits` (one entry per vocabulary token) following the chain
-    /// in the crate documentation.
+    /// Picks the next token from `logits` (one entry per vocabulary token) with no token
+    /// history, so penalties do nothing (logit bias still applies).
     ///
     /// # Panics
     /// If `logits` is empty.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sample_with_history(logits, &[])
+    }
+
+    /// Picks the next token from `logits` following the chain in the crate documentation;
+    /// `history` is every token so far (prompt, then generated), of which the penalties look at
+    /// the last [`repeat_last_n`](SamplerParams::repeat_last_n).
+    ///
+    /// # Panics
+    /// If `logits` is empty.
+    pub fn sample_with_history(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         assert!(!logits.is_empty(), "cannot sample from an empty logit row");
+        let adjusted = adjust(&self.params, logits, history);
         if is_greedy(&self.params) {
-            return argmax(logits);
+            return argmax(&adjusted);
         }
-        let candidates = filtered_candidates(&self.params, logits);
+        let candidates = filtered_candidates(&self.params, &adjusted);
         let u = self.rng.next_f32();
         draw(&candidates, self.params.temperature, u)
     }
 }
 
-/// The distribution [`Sampler::sample`] draws from for these parameters and logits: `(token,
-/// probability)` in draw order (most likely first, ties by lower id). Greedy parameters give the
-/// single argmax with probability 1; all `-inf`/NaN logits give an empty list (the sampler then
-/// returns token 0).
+/// The distribution [`Sampler::sample`] draws from: [`distribution_with_history`] with an empty
+/// history.
 pub fn distribution(params: &SamplerParams, logits: &[f32]) -> Vec<(u32, f32)> {
+    distribution_with_history(params, logits, &[])
+}
+
+/// The distribution [`Sampler::sample_with_history`] draws from for these parameters, logits
+/// and history: `(token, probability)` in draw order (most likely first, ties by lower id),
+/// computed in `f32` exactly as the draw weighs the candidates (so a survivor whose weight
+/// underflows is listed with probability 0). Greedy parameters give the
+/// single argmax with probability 1; a row whose adjusted logits are all `-inf` gives an empty
+/// list (the sampler then returns token 0).
+pub fn distribution_with_history(
+    params: &SamplerParams,
+    logits: &[f32],
+    history: &[u32],
+) -> Vec<(u32, f32)> {
     if logits.is_empty() {
         return Vec::new();
     }
+    let adjusted = adjust(params, logits, history);
     if is_greedy(params) {
-        let best = argmax(logits);
-        return if sanitize(logits[best as usize]) == f32::NEG_INFINITY {
+        let best = argmax(&adjusted);
+        return if sanitize(adjusted[best as usize]) == f32::NEG_INFINITY {
             Vec::new()
         } else {
             vec![(best, 1.0)]
         };
     }
-    let candidates = filtered_candidates(params, logits);
+    let candidates = filtered_candidates(params, &adjusted);
     let weights = tempered_weights(&candidates, params.temperature);
     let total: f32 = weights.iter().sum();
     candidates
@@ -143,6 +210,104 @@ pub fn distribution(params: &SamplerParams, logits: &[f32]) -> Vec<(u32, f32)> {
         .zip(&weights)
         .map(|(c, w)| (c.id, w / total))
         .collect()
+}
+
+/// Steps 1–3 of the chain: the row after sanitizing, logit bias and penalties, as the filters
+/// (or greedy) see it. Every entry is finite or `-inf`.
+pub fn adjusted_logits(params: &SamplerParams, logits: &[f32], history: &[u32]) -> Vec<f32> {
+    match adjust(params, logits, history) {
+        Cow::Owned(row) => row,
+        // Nothing to adjust: only the sanitizing is left to do.
+        Cow::Borrowed(row) => row.iter().map(|&l| sanitize(l)).collect(),
+    }
+}
+
+/// Log-probabilities reported alongside a sampled token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token the probabilities are reported for (normally the sampled one).
+    pub token: u32,
+    /// Its natural-log probability.
+    pub logprob: f32,
+    /// The most likely tokens, `(id, logprob)`, most likely first, ties by lower id.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Log-probabilities of `token` and of the `n` most likely tokens under the softmax of the full
+/// row `logits` as given (temperature 1, no filters), computed in `f64`.
+///
+/// NaN counts as `-inf` and `+inf` as `f32::MAX`, as in the sampler. Tokens of probability 0
+/// (`-inf`) are never listed among the alternatives, so `top` may hold fewer than `n`; the
+/// chosen token is reported even then (logprob `-inf`). If no logit is finite there is no
+/// distribution: `logprob` is `-inf` and `top` is empty.
+///
+/// # Panics
+/// If `token` is not an index of `logits`.
+pub fn logprobs(logits: &[f32], token: u32, n: usize) -> TokenLogprobs {
+    assert!(
+        (token as usize) < logits.len(),
+        "token {token} outside a row of {} logits",
+        logits.len()
+    );
+    let max = logits
+        .iter()
+        .map(|&l| sanitize(l))
+        .fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return TokenLogprobs {
+            token,
+            logprob: f32::NEG_INFINITY,
+            top: Vec::new(),
+        };
+    }
+    let max = f64::from(max);
+    // f64 so that the differences of extreme logits (f32::MAX - -f32::MAX) stay finite.
+    let log_sum = logits
+        .iter()
+        .map(|&l| (f64::from(sanitize(l)) - max).exp())
+        .sum::<f64>()
+        .ln();
+    let logprob_of = |l: f32| (f64::from(sanitize(l)) - max - log_sum) as f32;
+
+    let mut top: Vec<Candidate> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| Candidate {
+            id: i as u32,
+            logit: sanitize(l),
+        })
+        .filter(|c| c.logit > f32::NEG_INFINITY)
+        .collect();
+    if n == 0 {
+        top.clear();
+    } else if n < top.len() {
+        top.select_nth_unstable_by(n - 1, candidate_order);
+        top.truncate(n);
+    }
+    top.sort_unstable_by(candidate_order);
+    TokenLogprobs {
+        token,
+        logprob: logprob_of(logits[token as usize]),
+        top: top.iter().map(|c| (c.id, logprob_of(c.logit))).collect(),
+    }
+}
+
+/// [`logprobs`] of the row after logit bias and penalties ([`adjusted_logits`]) but before the
+/// filters and temperature: the model's distribution as the sampler's constraints reshape it,
+/// independent of top-k/top-p/min-p/temperature. (llama.cpp's server reports the raw model row
+/// by default; pass the raw logits to [`logprobs`] for that. The post-filter distribution is
+/// [`distribution_with_history`].)
+///
+/// # Panics
+/// If `token` is not an index of `logits`.
+pub fn logprobs_with_history(
+    params: &SamplerParams,
+    logits: &[f32],
+    history: &[u32],
+    token: u32,
+    n: usize,
+) -> TokenLogprobs {
+    logprobs(&adjust(params, logits, history), token, n)
 }
 
 /// Index of the first maximum of `logits` (lowest index among ties), with NaN counted as
@@ -284,12 +449,66 @@ fn sanitize(l: f32) -> f32 {
     }
 }
 
+fn penalties_active(params: &SamplerParams, history: &[u32]) -> bool {
+    // The same short cut as llama.cpp: with neutral values the formula is the identity.
+    params.repeat_last_n != 0
+        && !history.is_empty()
+        && (params.repeat_penalty != 1.0
+            || params.frequency_penalty != 0.0
+            || params.presence_penalty != 0.0)
+}
+
+/// Steps 1–3 of the chain. Borrows the row untouched when there is no bias and no active
+/// penalty (the consumers sanitize as they read), so the default path copies nothing.
+fn adjust<'a>(params: &SamplerParams, logits: &'a [f32], history: &[u32]) -> Cow<'a, [f32]> {
+    let penalize = penalties_active(params, history);
+    if params.logit_bias.is_empty() && !penalize {
+        return Cow::Borrowed(logits);
+    }
+    let mut row: Vec<f32> = logits.iter().map(|&l| sanitize(l)).collect();
+
+    for &(id, bias) in &params.logit_bias {
+        if let Some(l) = row.get_mut(id as usize) {
+            if !bias.is_nan() {
+                *l = sanitize(*l + bias);
+            }
+        }
+    }
+
+    if penalize {
+        let window = match usize::try_from(params.repeat_last_n) {
+            Ok(n) => &history[history.len().saturating_sub(n)..],
+            Err(_) => history,
+        };
+        // Sorting groups equal ids, so counts come out without hashing.
+        let mut recent = window.to_vec();
+        recent.sort_unstable();
+        for group in recent.chunk_by(|a, b| a == b) {
+            let Some(l) = row.get_mut(group[0] as usize) else {
+                continue;
+            };
+            if *l == f32::NEG_INFINITY {
+                continue;
+            }
+            let count = group.len() as f32;
+            let repeated = if *l <= 0.0 {
+                *l * params.repeat_penalty
+            } else {
+                *l / params.repeat_penalty
+            };
+            // Grouped as llama.cpp does, so the f32 results agree.
+            *l = sanitize(repeated - (count * params.frequency_penalty + params.presence_penalty));
+        }
+    }
+    Cow::Owned(row)
+}
+
 /// Descending logit, then ascending id.
 fn candidate_order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
 
-/// Steps 1 and 3–6 of the chain: the surviving candidates in draw order.
+/// Steps 5–8 of the chain (sanitizing as it reads): the surviving candidates in draw order.
 fn filtered_candidates(params: &SamplerParams, logits: &[f32]) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = logits
         .iter()
@@ -349,7 +568,7 @@ fn tempered_weights(cands: &[Candidate], temperature: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Step 7–8: inverse CDF with the uniform `u`.
+/// Steps 9–10: inverse CDF with the uniform `u`.
 fn draw(cands: &[Candidate], temperature: f32, u: f32) -> u32 {
     let weights = tempered_weights(cands, temperature);
     let total: f32 = weights.iter().sum();
@@ -394,5 +613,22 @@ mod tests {
         // u just below 1 lands in the last bucket.
         assert_eq!(draw(&cands, 1.0, unit_f32(u32::MAX)), 2);
         assert_eq!(draw(&[], 1.0, 0.5), 0);
+    }
+
+    #[test]
+    fn neutral_params_borrow_the_row() {
+        let logits = [1.0, f32::NAN];
+        let p = SamplerParams {
+            seed: 0,
+            ..SamplerParams::default()
+        };
+        // Defaults: no bias, repeat penalty 1 -> nothing to adjust, even with a history.
+        assert!(matches!(adjust(&p, &logits, &[0, 1]), Cow::Borrowed(_)));
+        let p = SamplerParams {
+            presence_penalty: 0.5,
+            ..p
+        };
+        assert!(matches!(adjust(&p, &logits, &[0, 1]), Cow::Owned(_)));
+        assert!(matches!(adjust(&p, &logits, &[]), Cow::Borrowed(_)));
     }
 }

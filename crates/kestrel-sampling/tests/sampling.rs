@@ -1,9 +1,11 @@
 //! Behaviour of the reference sampler: greedy ties, filter semantics on hand-computed cases,
-//! seeding, the generator's exact output, and chi-square agreement of seeded draws with the
-//! distribution the chain should produce.
+//! seeding, the generator's exact output, and chi-square agreement (at p = 1e-6, with positive
+//! controls) of seeded draws with the distribution the chain should produce, penalties and
+//! logit bias included.
 
 use kestrel_sampling::{
-    argmax, distribution, random_seed, unit_f32, Sampler, SamplerParams, XorShift,
+    argmax, distribution, distribution_with_history, random_seed, unit_f32, Sampler, SamplerParams,
+    XorShift,
 };
 
 fn params(temperature: f32, top_k: i32, top_p: f32, min_p: f32, seed: u64) -> SamplerParams {
@@ -13,6 +15,7 @@ fn params(temperature: f32, top_k: i32, top_p: f32, min_p: f32, seed: u64) -> Sa
         top_p,
         min_p,
         seed,
+        ..SamplerParams::default()
     }
 }
 
@@ -101,6 +104,16 @@ fn default_params_are_llama_cpp_with_a_fresh_seed() {
         (a.temperature, a.top_k, a.top_p, a.min_p),
         (0.8, 40, 0.95, 0.05)
     );
+    assert_eq!(
+        (
+            a.repeat_penalty,
+            a.repeat_last_n,
+            a.frequency_penalty,
+            a.presence_penalty
+        ),
+        (1.0, 64, 0.0, 0.0)
+    );
+    assert!(a.logit_bias.is_empty());
     assert_ne!(a.seed, b.seed, "default seeds must not be a fixed value");
     let seeds: std::collections::HashSet<u64> = (0..1000).map(|_| random_seed()).collect();
     assert_eq!(seeds.len(), 1000);
@@ -233,6 +246,9 @@ fn one_draw_per_sample() {
     assert_eq!(s.rng().state(), g.state());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Statistics: seeded draws against the exact filtered distribution.
+
 /// Pearson chi-square of `counts` (indexed by token id) against expected probabilities; a
 /// draw of a token the expectation gives no mass makes the statistic infinite.
 fn chi_square(counts: &[u64], expected: &[(u32, f64)], n: u64) -> f64 {
@@ -250,40 +266,143 @@ fn chi_square(counts: &[u64], expected: &[(u32, f64)], n: u64) -> f64 {
     stat
 }
 
+/// `ln Γ(df / 2)` for a whole number of degrees of freedom, by `Γ(a + 1) = a Γ(a)` from
+/// `Γ(1) = 1` or `Γ(1/2) = √π` (exact up to rounding; no approximation needed).
+fn ln_gamma_half(df: usize) -> f64 {
+    let target = df as f64 / 2.0;
+    // A bit test rather than is_multiple_of, which is newer than the workspace's rust-version.
+    let (mut a, mut value) = if df & 1 == 0 {
+        (1.0, 0.0)
+    } else {
+        (0.5, 0.5 * std::f64::consts::PI.ln())
+    };
+    while a < target {
+        value += a.ln();
+        a += 1.0;
+    }
+    value
+}
+
+/// Upper tail `P[X >= x]` of the chi-square distribution with `df >= 1` degrees of freedom:
+/// the regularized upper incomplete gamma `Q(df/2, x/2)`, by its power series below
+/// `a + 1` and by Legendre's continued fraction (modified Lentz) above.
+fn chi_square_p_value(x: f64, df: usize) -> f64 {
+    assert!(df >= 1);
+    if x.is_infinite() {
+        return 0.0;
+    }
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let a = df as f64 / 2.0;
+    let z = x / 2.0;
+    // ln(z^a e^-z / Γ(a))
+    let ln_front = a * z.ln() - z - ln_gamma_half(df);
+    if z < a + 1.0 {
+        // P(a, z) = front * Σ z^n / (a (a+1) ... (a+n))
+        let mut term = 1.0 / a;
+        let mut sum = term;
+        let mut denom = a;
+        for _ in 0..100_000 {
+            denom += 1.0;
+            term *= z / denom;
+            sum += term;
+            if term < sum * 1e-17 {
+                break;
+            }
+        }
+        (1.0 - ln_front.exp() * sum).max(0.0)
+    } else {
+        // Q(a, z) = front / (z + 1 - a - 1(1-a)/(z + 3 - a - 2(2-a)/(z + 5 - a - ...)))
+        let tiny = 1e-300;
+        let mut b = z + 1.0 - a;
+        let mut c = 1.0 / tiny;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..100_000 {
+            let i = i as f64;
+            let an = -i * (i - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let delta = d * c;
+            h *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        ln_front.exp() * h
+    }
+}
+
+#[test]
+fn chi_square_p_value_matches_closed_forms_and_tables() {
+    // df 2: Q = exp(-x/2); df 4: Q = exp(-x/2) (1 + x/2). Both branches (x < df + 2 or not).
+    for x in [0.1, 1.0, 3.9, 4.1, 10.0, 27.631, 60.0] {
+        let q2 = chi_square_p_value(x, 2);
+        let q4 = chi_square_p_value(x, 4);
+        let e2 = (-x / 2.0f64).exp();
+        let e4 = e2 * (1.0 + x / 2.0);
+        assert!((q2 / e2 - 1.0).abs() < 1e-10, "df 2, x {x}: {q2} vs {e2}");
+        assert!((q4 / e4 - 1.0).abs() < 1e-10, "df 4, x {x}: {q4} vs {e4}");
+    }
+    // Published critical values (odd df exercise the √π start of ln Γ).
+    for (x, df, p) in [
+        (10.828, 1, 1e-3),
+        (23.928, 1, 1e-6),
+        (16.266, 3, 1e-3),
+        (3.841, 1, 0.05),
+        (11.070, 5, 0.05),
+        (29.588, 10, 1e-3),
+        (18.307, 10, 0.05),
+    ] {
+        let q = chi_square_p_value(x, df);
+        assert!((q / p - 1.0).abs() < 2e-3, "df {df}, x {x}: {q} vs {p}");
+    }
+    assert_eq!(chi_square_p_value(f64::INFINITY, 3), 0.0);
+    assert_eq!(chi_square_p_value(0.0, 3), 1.0);
+}
+
+/// Significance of every chi-square test below: a correct sampler fails one of the (fixed-seed)
+/// cases with probability about 1e-6, while the positive controls show the same counts reject
+/// plausible mistakes.
+const ALPHA: f64 = 1e-6;
+
+const DRAWS: u64 = 100_000;
+
 /// Softmax of `logits[ids] / temperature` in f64 — the exact filtered distribution when `ids`
 /// are the tokens the filters should keep.
-fn softmax_over(logits: &[f32], ids: &[u32], temperature: f64) -> Vec<(u32, f64)> {
+fn softmax_over(logits: &[f64], ids: &[u32], temperature: f64) -> Vec<(u32, f64)> {
     let w: Vec<f64> = ids
         .iter()
-        .map(|&i| (f64::from(logits[i as usize]) / temperature).exp())
+        .map(|&i| (logits[i as usize] / temperature).exp())
         .collect();
     let total: f64 = w.iter().sum();
     ids.iter().zip(w).map(|(&i, w)| (i, w / total)).collect()
 }
 
-const DRAWS: u64 = 100_000;
+/// `dist` with `delta` of probability moved from its first entry to its second.
+fn shift(dist: &[(u32, f64)], delta: f64) -> Vec<(u32, f64)> {
+    let mut d = dist.to_vec();
+    d[0].1 -= delta;
+    d[1].1 += delta;
+    d
+}
 
-fn counts_for(p: SamplerParams, logits: &[f32]) -> Vec<u64> {
+fn counts_for(p: SamplerParams, logits: &[f32], history: &[u32]) -> Vec<u64> {
     let mut s = Sampler::new(p);
     let mut counts = vec![0u64; logits.len()];
     for _ in 0..DRAWS {
-        counts[s.sample(logits) as usize] += 1;
+        counts[s.sample_with_history(logits, history) as usize] += 1;
     }
     counts
-}
-
-/// Critical values of the chi-square distribution at significance 0.001, by degrees of freedom.
-fn critical_001(df: usize) -> f64 {
-    [
-        f64::NAN,
-        10.828,
-        13.816,
-        16.266,
-        18.467,
-        20.515,
-        22.458,
-        24.322,
-    ][df]
 }
 
 #[test]
@@ -301,38 +420,175 @@ fn seeded_draws_follow_the_filtered_distribution() {
         f32::NEG_INFINITY,
         f32::NAN,
     ];
+    let raw: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+    let all = [3, 1, 5, 0, 2, 6, 4];
+
+    // Penalty case. History, window of the last 6 = [4, 6, 1, 4, 3, 3]: counts 4:2, 6:1, 1:1,
+    // 3:2; token 0 occurs only before the window. Repeat 1.5, frequency 0.25, presence 0.5;
+    // bias +1 on 6 (before its penalty), -inf on 5 (a former co-second), +5 on id 99 (ignored).
+    let history = [0, 0, 3, 4, 6, 1, 4, 3, 3];
+    let penalties = |top_k: i32, seed: u64| SamplerParams {
+        repeat_penalty: 1.5,
+        repeat_last_n: 6,
+        frequency_penalty: 0.25,
+        presence_penalty: 0.5,
+        logit_bias: vec![(6, 1.0), (5, f32::NEG_INFINITY), (99, 5.0)],
+        ..params(1.0, top_k, 1.0, 0.0, seed)
+    };
+    let ninf = f64::NEG_INFINITY;
+    let adjusted = [
+        1.0,                      // 0: outside the window
+        2.0 / 1.5 - (0.25 + 0.5), // 1: once
+        0.5,                      // 2: absent
+        3.0 / 1.5 - (0.5 + 0.5),  // 3: twice
+        -1.5 - (0.5 + 0.5),       // 4: twice, negative: -1.0 multiplied by 1.5
+        ninf,                     // 5: banned
+        (0.0 + 1.0) / 1.5 - 0.75, // 6: biased, then penalised once
+        ninf,
+        ninf,
+    ];
+    // Sorted adjusted: 0 (1.0) and 3 (1.0) tie -> 0 first; then 1, 2, 6, 4.
+    let adjusted_order = [0, 3, 1, 2, 6, 4];
+    let whole_history = {
+        let mut a = adjusted;
+        a[0] = 1.0 / 1.5 - (0.5 + 0.5);
+        a
+    };
+    let divided_negative = {
+        let mut a = adjusted;
+        a[4] = -1.0 / 1.5 - (0.5 + 0.5);
+        a
+    };
+    let penalty_before_bias = {
+        let mut a = adjusted;
+        a[6] = 0.0 * 1.5 - 0.75 + 1.0;
+        a
+    };
+    let bias_only = {
+        let mut a = raw.clone();
+        a[5] = ninf;
+        a[6] = 1.0;
+        a[7] = ninf;
+        a[8] = ninf;
+        a
+    };
 
     struct Case {
         name: &'static str,
         params: SamplerParams,
+        history: Vec<u32>,
         expected: Vec<(u32, f64)>,
         wrong: Vec<(&'static str, Vec<(u32, f64)>)>,
     }
+    let no_history = Vec::new;
+    let top3 = softmax_over(&raw, &[3, 1, 5], 1.0);
+    let combo = softmax_over(&raw, &[3, 1, 5], 1.3);
+    let penalised = softmax_over(&adjusted, &adjusted_order, 1.0);
     let cases = [
         Case {
-            name: "no filters, T=1",
-            params: params(1.0, 0, 1.0, 0.0, 1234),
-            expected: softmax_over(&logits, &[3, 1, 5, 0, 2, 6, 4], 1.0),
-            wrong: vec![("T=1.1", softmax_over(&logits, &[3, 1, 5, 0, 2, 6, 4], 1.1))],
-        },
-        Case {
-            // top-k 3 keeps 3, 1, 5 (the 2.0 tie fits entirely).
-            name: "top-k 3, T=0.7",
-            params: params(0.7, 3, 1.0, 0.0, 99),
-            expected: softmax_over(&logits, &[3, 1, 5], 0.7),
-            wrong: vec![("top-k 4", softmax_over(&logits, &[3, 1, 5, 0], 0.7))],
-        },
-        Case {
-            // Untempered cumulative: .495 .677 .859 .926 .966 -> top-p 0.95 keeps 3,1,5,0,2;
-            // min-p 0.1: threshold 3 + ln 0.1 = 0.70 drops id2 (0.5), keeps id0 (1.0).
-            name: "top-p 0.95, min-p 0.1, T=1.5",
-            params: params(1.5, 0, 0.95, 0.1, 2024),
-            expected: softmax_over(&logits, &[3, 1, 5, 0], 1.5),
+            name: "top-k 3",
+            params: params(1.0, 3, 1.0, 0.0, 99),
+            history: no_history(),
+            expected: top3.clone(),
             wrong: vec![
-                ("T=1.4", softmax_over(&logits, &[3, 1, 5, 0], 1.4)),
+                ("unfiltered", softmax_over(&raw, &all, 1.0)),
+                ("top-k 4", softmax_over(&raw, &[3, 1, 5, 0], 1.0)),
+                ("shifted by 0.02", shift(&top3, 0.02)),
+            ],
+        },
+        Case {
+            // Untempered cumulative .495 .677: 0.6 keeps two, and the 2.0 tie goes to id 1.
+            name: "top-p 0.6",
+            params: params(1.0, 0, 0.6, 0.0, 5),
+            history: no_history(),
+            expected: softmax_over(&raw, &[3, 1], 1.0),
+            wrong: vec![
+                ("unfiltered", softmax_over(&raw, &all, 1.0)),
+                ("tie to id 5", softmax_over(&raw, &[3, 5], 1.0)),
+                ("one more token", top3.clone()),
+            ],
+        },
+        Case {
+            // Threshold 3 + ln 0.1 = 0.70 keeps id0 (1.0) and drops id2 (0.5).
+            name: "min-p 0.1",
+            params: params(1.0, 0, 1.0, 0.1, 77),
+            history: no_history(),
+            expected: softmax_over(&raw, &[3, 1, 5, 0], 1.0),
+            wrong: vec![
+                ("unfiltered", softmax_over(&raw, &all, 1.0)),
+                ("keeps id2 too", softmax_over(&raw, &[3, 1, 5, 0, 2], 1.0)),
                 (
-                    "temperature before filters",
-                    softmax_over(&logits, &[3, 1, 5, 0, 2, 6], 1.5),
+                    "shifted by 0.02",
+                    shift(&softmax_over(&raw, &[3, 1, 5, 0], 1.0), 0.02),
+                ),
+            ],
+        },
+        Case {
+            name: "temperature 0.5",
+            params: params(0.5, 0, 1.0, 0.0, 1234),
+            history: no_history(),
+            expected: softmax_over(&raw, &all, 0.5),
+            wrong: vec![
+                ("untempered", softmax_over(&raw, &all, 1.0)),
+                ("T=0.52", softmax_over(&raw, &all, 0.52)),
+            ],
+        },
+        Case {
+            // Top-k 5 leaves 3,1,5,0,2; renormalised cumulative .512 .700 .888 -> top-p 0.87
+            // keeps three (over the full row it would be .859 and keep four); min-p 0.05
+            // (threshold 0.004) removes nothing more; then T=1.3.
+            name: "top-k 5, top-p 0.87, min-p 0.05, T=1.3",
+            params: params(1.3, 5, 0.87, 0.05, 2024),
+            history: no_history(),
+            expected: combo.clone(),
+            wrong: vec![
+                ("unfiltered", softmax_over(&raw, &all, 1.3)),
+                (
+                    "top-p without top-k renormalisation",
+                    softmax_over(&raw, &[3, 1, 5, 0], 1.3),
+                ),
+                ("T=1", top3.clone()),
+            ],
+        },
+        Case {
+            name: "penalties over the last 6 with logit bias",
+            params: penalties(0, 31337),
+            history: history.to_vec(),
+            expected: penalised.clone(),
+            wrong: vec![
+                (
+                    "unpenalised",
+                    softmax_over(&bias_only, &[3, 1, 0, 2, 6, 4], 1.0),
+                ),
+                (
+                    "whole history",
+                    softmax_over(&whole_history, &adjusted_order, 1.0),
+                ),
+                (
+                    "negative logits divided",
+                    softmax_over(&divided_negative, &adjusted_order, 1.0),
+                ),
+                (
+                    "penalty before bias",
+                    softmax_over(&penalty_before_bias, &adjusted_order, 1.0),
+                ),
+            ],
+        },
+        Case {
+            // Penalties reorder before top-k: top-k 2 keeps 0 and 3 (without them, 3 and 1).
+            name: "penalties, bias, then top-k 2",
+            params: penalties(2, 8),
+            history: history.to_vec(),
+            expected: softmax_over(&adjusted, &[0, 3], 1.0),
+            wrong: vec![
+                (
+                    "unpenalised top-k 2",
+                    softmax_over(&bias_only, &[3, 1], 1.0),
+                ),
+                ("no top-k", penalised.clone()),
+                (
+                    "shifted by 0.02",
+                    shift(&softmax_over(&adjusted, &[0, 3], 1.0), 0.02),
                 ),
             ],
         },
@@ -340,30 +596,31 @@ fn seeded_draws_follow_the_filtered_distribution() {
 
     for case in cases {
         // The sampler's own view of the distribution agrees with the hand-derived one.
-        let d = distribution(&case.params, &logits);
-        assert_eq!(d.len(), case.expected.len(), "{}", case.name);
+        let d = distribution_with_history(&case.params, &logits, &case.history);
+        assert_eq!(d.len(), case.expected.len(), "{}: {d:?}", case.name);
         for ((id, p), (eid, ep)) in d.iter().zip(&case.expected) {
-            assert_eq!(id, eid, "{}", case.name);
+            assert_eq!(id, eid, "{}: {d:?}", case.name);
             assert!((f64::from(*p) - ep).abs() < 1e-5, "{}: {d:?}", case.name);
         }
 
-        let counts = counts_for(case.params.clone(), &logits);
+        let counts = counts_for(case.params.clone(), &logits, &case.history);
         let df = case.expected.len() - 1;
         let stat = chi_square(&counts, &case.expected, DRAWS);
-        eprintln!("{}: chi2 {stat:.2} (df {df})", case.name);
+        let p = chi_square_p_value(stat, df);
+        eprintln!("{}: chi2 {stat:.2} (df {df}), p {p:.3e}", case.name);
         assert!(
-            stat < critical_001(df),
-            "{}: chi2 {stat:.2} >= {} (df {df}), counts {counts:?}",
-            case.name,
-            critical_001(df)
+            p > ALPHA,
+            "{}: chi2 {stat:.2} (df {df}), p {p:.3e} <= {ALPHA:e}; counts {counts:?}",
+            case.name
         );
         // Positive controls: the same counts reject plausible wrong distributions.
         for (what, wrong) in &case.wrong {
             let stat = chi_square(&counts, wrong, DRAWS);
-            eprintln!("  control {what}: chi2 {stat:.2}");
+            let p = chi_square_p_value(stat, wrong.len() - 1);
+            eprintln!("  control {what}: chi2 {stat:.2}, p {p:.3e}");
             assert!(
-                stat > critical_001(wrong.len() - 1),
-                "{}: the wrong distribution ({what}) was not rejected: chi2 {stat:.2}",
+                p < ALPHA,
+                "{}: the wrong distribution ({what}) was not rejected: chi2 {stat:.2}, p {p:.3e}",
                 case.name
             );
         }
