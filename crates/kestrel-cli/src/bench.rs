@@ -71,6 +71,8 @@ pub struct BenchArgs {
     /// Worker threads (default: available cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
+    #[command(flatten)]
+    weights: crate::WeightArgs,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     output: OutputFormat,
@@ -128,7 +130,7 @@ fn plan(a: &BenchArgs) -> Result<Vec<TestSpec>> {
 pub fn bench(a: BenchArgs) -> Result<()> {
     let tests = plan(&a)?;
     let threads = a.threads.unwrap_or_else(crate::default_threads);
-    let engine = Engine::load(&a.model, threads)?;
+    let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     // Caches and activations grow with the test length; the training context
     // bounds it so a typo cannot ask for terabytes.
     let max_len = engine.model.spec.hparams.n_ctx_train.max(1);

@@ -76,6 +76,34 @@ struct RunArgs {
     /// Use the prompt as is, without the chat template.
     #[arg(long = "raw")]
     raw: bool,
+    #[command(flatten)]
+    weights: WeightArgs,
+}
+
+/// Where the weights live; shared by the commands that load a model.
+#[derive(Args, Clone, Copy, Debug)]
+pub(crate) struct WeightArgs {
+    /// Keep the weights memory-mapped from the file (llama.cpp's default):
+    /// faster to start, slower to decode. Default: read them into huge-page
+    /// memory where the kernel offers transparent huge pages.
+    #[arg(long = "mmap", conflicts_with = "no_mmap")]
+    mmap: bool,
+    /// Read the weights into memory (the default where huge pages exist;
+    /// accepted as llama.cpp users type it).
+    #[arg(long = "no-mmap")]
+    no_mmap: bool,
+}
+
+impl WeightArgs {
+    pub(crate) fn backing(self) -> kestrel_gguf::Backing {
+        if self.mmap {
+            kestrel_gguf::Backing::Mmap
+        } else if self.no_mmap {
+            kestrel_gguf::Backing::HugePages
+        } else {
+            kestrel_gguf::Backing::preferred()
+        }
+    }
 }
 
 #[derive(Args)]
@@ -157,7 +185,7 @@ fn run(a: RunArgs) -> Result<()> {
     if !a.temp.is_finite() {
         bail!("--temp must be a finite number");
     }
-    let engine = Engine::load(&a.model, threads)?;
+    let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     let hp = &engine.model.spec.hparams;
     let n_ctx = a.ctx_size.unwrap_or(4096.min(hp.n_ctx_train.max(1)));
     if n_ctx == 0 || n_ctx > 1 << 20 {
@@ -192,6 +220,7 @@ fn run(a: RunArgs) -> Result<()> {
             top_p: a.top_p,
             min_p: a.min_p,
             seed,
+            ..SamplerParams::greedy()
         },
     };
     let stdout = std::io::stdout();

@@ -24,6 +24,8 @@ pub struct ProfileArgs {
     /// Worker threads (default: available cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
+    #[command(flatten)]
+    weights: crate::WeightArgs,
 }
 
 pub fn profile(a: ProfileArgs) -> Result<()> {
@@ -34,7 +36,7 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     if threads == 0 || threads > 1024 {
         bail!("-t {threads}: threads must be in 1..=1024");
     }
-    let engine = Engine::load(&a.model, threads)?;
+    let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     let model = &engine.model;
     let n_ctx = a.n_prompt + a.n_gen + 1;
     if n_ctx > model.spec.hparams.n_ctx_train.max(1) {

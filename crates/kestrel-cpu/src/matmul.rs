@@ -4,8 +4,8 @@
 
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
-    dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type, VecDot4Fn,
-    VecDotFn,
+    dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type, Chunk32,
+    Dot4, VecDotFn,
 };
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -162,7 +162,7 @@ fn rows_into(
     assert_eq!(rb, row_bytes(w.ty, w.cols), "{}: weight row bytes", w.ty);
     assert!(acts.iter().all(|a| a.len() == ab), "activation row bytes");
     // Token runs sharing a path (ggml's choice depends on the token index).
-    let mut runs: Vec<(usize, usize, VecDotFn, Option<VecDot4Fn>)> = Vec::new();
+    let mut runs: Vec<(usize, usize, VecDotFn, Option<Dot4>)> = Vec::new();
     for t in 0..n_tok {
         let path = dot_path(w.ty, w.rows, t, n_tok);
         match runs.last_mut() {
@@ -174,25 +174,47 @@ fn rows_into(
     // Cache blocking for prompt batches: a tile of activation rows stays in
     // L2 while tiles of weight rows pass through L1, instead of every
     // weight row streaming the whole batch's activations again.
+    let mut prepared: Vec<Vec<Chunk32>> = Vec::new();
     for tt0 in (0..n_tok).step_by(TOK_TILE) {
         let tt1 = (tt0 + TOK_TILE).min(n_tok);
+        // The tile's four-row groups, each with its activation values
+        // prepared once for every weight row of the band.
+        let mut groups: Vec<(usize, Dot4)> = Vec::new();
+        for &(t0, t1, _, four) in &runs {
+            if let Some(four) = four {
+                let mut t = t0.max(tt0);
+                while t + 4 <= t1.min(tt1) {
+                    groups.push((t, four));
+                    t += 4;
+                }
+            }
+        }
+        prepared.resize_with(prepared.len().max(groups.len()), Vec::new);
+        for (&(t, four), pre) in groups.iter().zip(prepared.iter_mut()) {
+            (four.prepare)(
+                [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]],
+                pre,
+            );
+        }
         for rt0 in (r0..r1).step_by(ROW_TILE) {
             let rt1 = (rt0 + ROW_TILE).min(r1);
-            for &(t0, t1, one, four) in &runs {
-                let (a0, a1) = (t0.max(tt0), t1.min(tt1));
-                let mut t = a0;
-                if let Some(four) = four {
-                    while t + 4 <= a1 {
-                        let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
-                        for r in rt0..rt1 {
-                            for (k, v) in four(row(r), a).into_iter().enumerate() {
-                                out[(t + k) * stride + (r - r0)] = v;
-                            }
-                        }
-                        t += 4;
+            for (&(t, four), pre) in groups.iter().zip(&prepared) {
+                let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
+                for r in rt0..rt1 {
+                    for (k, v) in (four.dot)(row(r), a, pre).into_iter().enumerate() {
+                        out[(t + k) * stride + (r - r0)] = v;
                     }
                 }
-                for (tt, a) in acts.iter().enumerate().take(a1).skip(t) {
+            }
+            // Tokens not in a four-row group, one at a time.
+            for &(t0, t1, one, four) in &runs {
+                let (a0, a1) = (t0.max(tt0), t1.min(tt1));
+                let single_from = if four.is_some() {
+                    a0 + (a1.saturating_sub(a0)) / 4 * 4
+                } else {
+                    a0
+                };
+                for (tt, a) in acts.iter().enumerate().take(a1).skip(single_from) {
                     for r in rt0..rt1 {
                         out[tt * stride + (r - r0)] = one(w.cols, row(r), a);
                     }

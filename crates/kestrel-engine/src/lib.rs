@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kestrel_cpu::CpuModel;
-use kestrel_gguf::GgufFile;
+use kestrel_gguf::{Backing, GgufFile};
 use kestrel_model::ModelSpec;
 use kestrel_sampling::{Sampler, SamplerParams};
 use kestrel_tokenizer::chat::{ChatMessage, ChatTemplate};
@@ -105,8 +105,18 @@ pub struct GenerateParams {
 
 impl Engine {
     /// Opens and validates a model file; `threads` sizes the CPU backend.
+    /// The bytes are held as [`Backing::preferred`] says.
     pub fn load(path: &Path, threads: usize) -> Result<Engine, EngineError> {
-        let file = GgufFile::open(path).map_err(|err| EngineError::Gguf {
+        Self::load_backed(path, threads, Backing::preferred())
+    }
+
+    /// As [`Engine::load`], with the model's bytes held as `backing` says.
+    pub fn load_backed(
+        path: &Path,
+        threads: usize,
+        backing: Backing,
+    ) -> Result<Engine, EngineError> {
+        let file = GgufFile::open_backed(path, backing).map_err(|err| EngineError::Gguf {
             path: path.display().to_string(),
             err,
         })?;

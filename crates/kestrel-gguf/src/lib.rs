@@ -8,7 +8,7 @@ pub mod writer;
 
 pub use error::{GgufError, Result};
 pub use inspect::inspect_report;
-pub use reader::{GgufFile, TensorInfo};
+pub use reader::{Backing, GgufFile, TensorInfo};
 pub use types::GgmlType;
 pub use value::{Array, Value};
 pub use writer::GgufWriter;

@@ -66,6 +66,12 @@ impl TensorInfo {
 /// The bytes behind a [`GgufFile`].
 enum Storage {
     Mmap(memmap2::Mmap),
+    /// A copy in anonymous memory; `len` excludes the one padding byte an
+    /// empty file gets (a mapping cannot be empty).
+    Anon {
+        map: memmap2::Mmap,
+        len: usize,
+    },
     Owned(Vec<u8>),
 }
 
@@ -73,7 +79,34 @@ impl Storage {
     fn bytes(&self) -> &[u8] {
         match self {
             Storage::Mmap(m) => m,
+            Storage::Anon { map, len } => &map[..*len],
             Storage::Owned(v) => v,
+        }
+    }
+}
+
+/// Where a model file's bytes live while it is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Mapped from the file (llama.cpp's default): fast to open, pages come
+    /// from the page cache, in 4 KiB pages.
+    Mmap,
+    /// Read into anonymous memory advised for transparent huge pages. Decode
+    /// streams every weight byte per token; with 2 MiB pages the hardware
+    /// prefetchers are not stopped at every 4 KiB page boundary, and a
+    /// two-thread Q8_0 matvec ran at 16.1 GB/s against 11.1 GB/s mapped on
+    /// the development machine.
+    HugePages,
+}
+
+impl Backing {
+    /// [`Backing::HugePages`] where the kernel offers transparent huge pages
+    /// (Linux with THP not `never`), else [`Backing::Mmap`], which then
+    /// loses nothing.
+    pub fn preferred() -> Backing {
+        match std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") {
+            Ok(s) if !s.contains("[never]") => Backing::HugePages,
+            _ => Backing::Mmap,
         }
     }
 }
@@ -117,6 +150,41 @@ impl GgufFile {
         // contract for memory-mapped model files and cannot be enforced here.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
         Self::parse(Storage::Mmap(map))
+    }
+
+    /// Opens `path` with its bytes held as `backing` says.
+    pub fn open_backed(path: impl AsRef<Path>, backing: Backing) -> Result<GgufFile> {
+        match backing {
+            Backing::Mmap => Self::open(path),
+            Backing::HugePages => Self::read_to_huge_pages(path.as_ref()),
+        }
+    }
+
+    /// Reads the whole file into a fresh anonymous mapping advised for huge
+    /// pages. `read` fills it without mapping the file, so the page cache
+    /// does not count towards the process's resident memory as well.
+    fn read_to_huge_pages(path: &Path) -> Result<GgufFile> {
+        use std::io::Read;
+        let io_err = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = std::fs::File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        let len = usize::try_from(len).map_err(|_| {
+            io_err(std::io::Error::other(format!(
+                "file of {len} bytes does not fit in memory"
+            )))
+        })?;
+        let mut map = memmap2::MmapMut::map_anon(len.max(1)).map_err(io_err)?;
+        #[cfg(target_os = "linux")]
+        {
+            // Best effort: without huge pages the bytes are still correct.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        file.read_exact(&mut map[..len]).map_err(io_err)?;
+        let map = map.make_read_only().map_err(io_err)?;
+        Self::parse(Storage::Anon { map, len })
     }
 
     /// Parses a GGUF file held in memory.

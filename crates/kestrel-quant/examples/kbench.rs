@@ -1,6 +1,9 @@
 //! Throughput of the dot kernels on an L2-resident and a DRAM-sized matrix
-//! (one thread): `cargo run --release -p kestrel-quant --example kbench`.
-use kestrel_quant::{dot_kernel, quantize_activations, quantize_row, DotPath, GgmlType};
+//! (one thread), and of the four-row prefill kernels on L1-resident data in
+//! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
+use kestrel_quant::{
+    dot4_kernel, dot_kernel, quantize_activations, quantize_row, DotPath, GgmlType,
+};
 use std::time::Instant;
 
 fn main() {
@@ -41,5 +44,52 @@ fn main() {
                 (rb * rows * reps) as f64 / dt / 1e9
             );
         }
+    }
+    prefill_rates();
+}
+
+/// Four activation rows against 16 weight rows of 896 (or 1024) columns,
+/// repeated: the prefill kernels' arithmetic rate with every byte in L1.
+fn prefill_rates() {
+    for (ty, path) in [
+        (GgmlType::Q8_0, DotPath::VecDot),
+        (GgmlType::Q5_0, DotPath::VecDot),
+        (GgmlType::Q4_1, DotPath::VecDot),
+        (GgmlType::Q4_K, DotPath::RepackGemm),
+        (GgmlType::Q6_K, DotPath::Tiled),
+    ] {
+        let Some(f) = dot4_kernel(path, ty) else {
+            continue;
+        };
+        let cols = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+            1024
+        } else {
+            896
+        };
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+        let mut row = vec![0u8; rb];
+        quantize_row(ty, &x, &mut row);
+        let rows = 16;
+        let w: Vec<u8> = row.iter().copied().cycle().take(rb * rows).collect();
+        let acts: Vec<Vec<u8>> = (0..4).map(|_| quantize_activations(ty, &x)).collect();
+        let a = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        let reps = 20_000;
+        let mut pre = Vec::new();
+        (f.prepare)(a, &mut pre);
+        let mut s = 0f32;
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            for r in 0..rows {
+                s += (f.dot)(&w[r * rb..(r + 1) * rb], a, &pre)[0];
+            }
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        println!(
+            "{ty} x4 {path:?}: {:.2} GMAC/s ({s})",
+            (4 * cols * rows * reps) as f64 / dt / 1e9
+        );
     }
 }

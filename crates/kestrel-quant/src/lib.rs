@@ -282,12 +282,39 @@ pub fn dot_kernel(path: DotPath, ty: GgmlType) -> VecDotFn {
     path_dot!(path, ty, plain).unwrap_or(kern.vec_dot)
 }
 
-/// Four activation rows against one weight row: `(weight row, [rows])`.
-pub type VecDot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+/// Four activation rows against one weight row: `(weight row, [rows],
+/// the rows as the kernel's [`Prepare4Fn`] rearranged them)`.
+pub type VecDot4Fn = fn(w: &[u8], a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4];
+
+/// Fills `out` with four activation rows in the layout a [`VecDot4Fn`]
+/// reads fastest (scales widened, quants aligned), once for all weight rows.
+pub type Prepare4Fn = fn(a: [&[u8]; 4], out: &mut Vec<Chunk32>);
+
+/// 32 bytes on a 32-byte boundary: one SIMD register's worth.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(32))]
+pub struct Chunk32(pub [u8; 32]);
+
+/// A four-row kernel and the preparation of its activation rows.
+#[derive(Clone, Copy)]
+pub struct Dot4 {
+    pub dot: VecDot4Fn,
+    pub prepare: Prepare4Fn,
+}
+
+impl Dot4 {
+    /// Prepares `a` and runs the kernel once (tests and one-off products;
+    /// a matmul prepares once per group of rows).
+    pub fn once(&self, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        let mut pre = Vec::new();
+        (self.prepare)(a, &mut pre);
+        (self.dot)(w, a, &pre)
+    }
+}
 
 /// The four-row kernel for `path` and `ty`, where there is one (prefill);
 /// its results have the bits of [`dot_kernel`]'s, row by row.
-pub fn dot4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot4Fn> {
+pub fn dot4_kernel(path: DotPath, ty: GgmlType) -> Option<Dot4> {
     #[cfg(target_arch = "x86_64")]
     if simd::avx2_available() {
         return x86::path_dot4(path, ty);
@@ -404,7 +431,7 @@ mod tests {
                                 quantize_activations(ty, &xf)
                             })
                             .collect();
-                        let four = f4(&w, [&a, &rows[0], &rows[1], &rows[2]]);
+                        let four = f4.once(&w, [&a, &rows[0], &rows[1], &rows[2]]);
                         for (r, got) in [&a, &rows[0], &rows[1], &rows[2]].iter().zip(four) {
                             let one =
                                 path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, r);

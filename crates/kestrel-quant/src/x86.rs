@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::{DotPath, GgmlType as T, VecDot4Fn, VecDotFn};
+use crate::{Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot4Fn, VecDotFn};
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
 pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
@@ -49,23 +49,24 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
 }
 
 /// The four-row kernel for `path` and `ty`, if there is one.
-pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<VecDot4Fn> {
-    Some(match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) => dot4_q4_1,
-        (DotPath::VecDot, T::Q5_0) => dot4_q5_0,
-        (DotPath::VecDot, T::Q8_0) => dot4_q8_0,
-        (DotPath::RepackGemm, T::Q4_K) => dot4_q4_k_gemm,
-        (DotPath::Tiled, T::Q6_K) => dot4_q6_k_tiled,
+pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
+    let (dot, prepare): (VecDot4Fn, Prepare4Fn) = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1),
+        (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0),
+        (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0),
+        (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none),
+        (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none),
         _ => return None,
-    })
+    };
+    Some(Dot4 { dot, prepare })
 }
 
 /// Declares a safe entry point for a four-row AVX2 kernel body.
 macro_rules! entry4 {
     ($name:ident => $body:ident) => {
-        fn $name(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        fn $name(w: &[u8], a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
             // SAFETY: as `entry!`.
-            unsafe { $body(w, a) }
+            unsafe { $body(w, a, pre) }
         }
     };
 }
@@ -348,31 +349,67 @@ unsafe fn q8_0(w: &[u8], a: &[u8]) -> f32 {
 
 const Q8K: usize = crate::q8k::BLOCK;
 const Q8K_QS: usize = 4;
+const Q8K_BSUMS: usize = 260;
 
 fn q8k_d(ba: &[u8]) -> f32 {
     crate::q8k::d(ba)
 }
 
-/// Sum over the 16-element runs `runs` of `per_run[i] * bsums[i]`.
-#[inline(always)]
-fn bsum_dot(ba: &[u8], per_run: &[i32; 16], runs: std::ops::Range<usize>) -> i32 {
-    runs.map(|i| per_run[i] * crate::q8k::bsum(ba, i)).sum()
-}
-
 const Q4K: usize = 144;
 
-/// Scales and mins of a Q4_K block per 16-element run.
+/// Q4_K's eight 6-bit sub-block scales and mins, one byte each (as
+/// `k4_scale_min` unpacks them), with whole-word masks instead of per-byte
+/// shifts.
 #[inline(always)]
-fn q4k_scales(bw: &[u8]) -> ([i32; 16], [i32; 16]) {
-    let (mut scale, mut min) = ([0i32; 16], [0i32; 16]);
-    for j in 0..8 {
-        let (sc, m) = crate::kquants::k4_scale_min(&bw[4..16], j);
-        scale[2 * j] = i32::from(sc);
-        scale[2 * j + 1] = i32::from(sc);
-        min[2 * j] = i32::from(m);
-        min[2 * j + 1] = i32::from(m);
-    }
-    (scale, min)
+fn q4k_scale_min(bw: &[u8]) -> (u64, u64) {
+    let word = |at: usize| u32::from_le_bytes([bw[at], bw[at + 1], bw[at + 2], bw[at + 3]]);
+    let (u0, u1, u2) = (word(4), word(8), word(12));
+    let (low6, low4, top2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    let sc_hi = (u2 & low4) | (((u0 >> 6) & top2) << 4);
+    let m_hi = ((u2 >> 4) & low4) | (((u1 >> 6) & top2) << 4);
+    (
+        u64::from(u0 & low6) | (u64::from(sc_hi) << 32),
+        u64::from(u1 & low6) | (u64::from(m_hi) << 32),
+    )
+}
+
+/// Byte `k` of eight packed bytes.
+#[inline(always)]
+fn byte(v: u64, k: usize) -> i16 {
+    ((v >> (8 * k)) & 0xff) as i16
+}
+
+/// Eight per-sub-block bytes as 16 i16 lanes, one per 16-element run.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn runs_of_sub_blocks(v: u64) -> __m256i {
+    let b = _mm_cvtsi64_si128(v as i64);
+    _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b))
+}
+
+/// Q6_K's 16 signed run scales as i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_runs(bw: &[u8]) -> __m256i {
+    assert!(bw.len() >= 208);
+    // SAFETY: bytes 192..208 are in bounds (checked).
+    unsafe { _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.as_ptr().add(192) as *const __m128i)) }
+}
+
+/// Lane k = run[2k] * bsums[2k] + run[2k + 1] * bsums[2k + 1] for the Q8_K
+/// block `ba` (exact), so lane k covers elements 32k..32k+32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bsum_lanes(ba: &[u8], runs: __m256i) -> __m256i {
+    unsafe { _mm256_madd_epi16(load32(ba, Q8K_BSUMS), runs) }
+}
+
+/// [lanes 0+1, 2+3, 4+5, 6+7]: sub-block sums by pairs of sub-blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_sums(l: __m256i) -> __m128i {
+    let h = _mm256_hadd_epi32(l, l);
+    _mm_unpacklo_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }
 
 /// The scaled integer lanes of one Q4_K block, one vector per pair of
@@ -380,7 +417,7 @@ fn q4k_scales(bw: &[u8]) -> ([i32; 16], [i32; 16]) {
 /// index % 32 in 4l..4l+4.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> [__m256i; 4] {
+unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], sc: u64) -> [__m256i; 4] {
     let mut out = [_mm256_setzero_si256(); 4];
     for (p, o) in out.iter_mut().enumerate() {
         unsafe {
@@ -389,8 +426,8 @@ unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> [__m256i; 4
             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
             let a_lo = load32(ba, Q8K_QS + 64 * p);
             let a_hi = load32(ba, Q8K_QS + 64 * p + 32);
-            let s_lo = _mm256_set1_epi16(scale[4 * p] as i16);
-            let s_hi = _mm256_set1_epi16(scale[4 * p + 2] as i16);
+            let s_lo = _mm256_set1_epi16(byte(sc, 2 * p));
+            let s_hi = _mm256_set1_epi16(byte(sc, 2 * p + 1));
             *o = _mm256_add_epi32(lanes_scaled(lo, a_lo, s_lo), lanes_scaled(hi, a_hi, s_hi));
         }
     }
@@ -400,22 +437,24 @@ unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> [__m256i; 4
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut acc_m = [0f32; 4];
+    let mut acc_m = _mm_setzero_ps();
     for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
         let da = q8k_d(ba);
         let d = da * f16_at(bw, 0);
         let dmin = -da * f16_at(bw, 2);
-        let (scale, min) = q4k_scales(bw);
+        let (sc, m) = q4k_scale_min(bw);
         unsafe {
-            let p = q4k_pair_lanes(bw, ba, &scale);
+            let p = q4k_pair_lanes(bw, ba, sc);
             let sum = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
-        }
-        for (p, lane) in acc_m.iter_mut().enumerate() {
-            *lane = dmin.mul_add(bsum_dot(ba, &min, 4 * p..4 * p + 4) as f32, *lane);
+            let mins = pair_sums(bsum_lanes(ba, runs_of_sub_blocks(m)));
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins), acc_m);
         }
     }
-    let m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
+    let mut am = [0f32; 4];
+    // SAFETY: am holds 4 floats.
+    unsafe { _mm_storeu_ps(am.as_mut_ptr(), acc_m) };
+    let m = (am[0] + am[2]) + (am[1] + am[3]);
     unsafe { hsum_ps(acc) + m }
 }
 
@@ -429,26 +468,25 @@ unsafe fn q4_k_repacked(w: &[u8], a: &[u8], group: usize) -> f32 {
         let da = q8k_d(ba);
         let (d, dmin) = f16x2_at(bw, 0);
         let (scale_d, scale_min) = (d * da, dmin * da);
-        let (scale, min) = q4k_scales(bw);
-        let pairs = unsafe { q4k_pair_lanes(bw, ba, &scale) };
-        let mut per_pair = [0i32; 4];
+        let (sc, m) = q4k_scale_min(bw);
+        let pairs = unsafe { q4k_pair_lanes(bw, ba, sc) };
+        let min_lanes = unsafe { bsum_lanes(ba, runs_of_sub_blocks(m)) };
         if group == 8 {
             // One sum for the whole block: add the lanes first (exact).
             let all = _mm256_add_epi32(
                 _mm256_add_epi32(pairs[0], pairs[1]),
                 _mm256_add_epi32(pairs[2], pairs[3]),
             );
-            per_pair[0] = hsum_epi32(all);
+            acc = (hsum_epi32(all) as f32).mul_add(scale_d, acc);
+            acc_min = (hsum_epi32(min_lanes) as f32).mul_add(scale_min, acc_min);
         } else {
-            for (s, &v) in per_pair.iter_mut().zip(&pairs) {
-                *s = hsum_epi32(v);
+            let mut mins = [0i32; 4];
+            // SAFETY: mins holds 4 i32.
+            unsafe { _mm_storeu_si128(mins.as_mut_ptr() as *mut __m128i, pair_sums(min_lanes)) };
+            for (v, sum_min) in pairs.into_iter().zip(mins) {
+                acc = (hsum_epi32(v) as f32).mul_add(scale_d, acc);
+                acc_min = (sum_min as f32).mul_add(scale_min, acc_min);
             }
-        }
-        for p0 in (0..4).step_by(group / 2) {
-            let sum: i32 = per_pair[p0..p0 + group / 2].iter().sum();
-            let sum_min = bsum_dot(ba, &min, 4 * p0..4 * (p0 + group / 2));
-            acc = (sum as f32).mul_add(scale_d, acc);
-            acc_min = (sum_min as f32).mul_add(scale_min, acc_min);
         }
     }
     acc - acc_min
@@ -475,15 +513,17 @@ fn tiled_step(acc: f32, d: f32, dmin: f32, sum: i32, sum_min: i32, da: f32) -> f
 unsafe fn q4_k_tiled(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
     for (bw, ba) in w.chunks_exact(Q4K).zip(a.chunks_exact(Q8K)) {
-        let (scale, min) = q4k_scales(bw);
-        let sum = unsafe {
-            let p = q4k_pair_lanes(bw, ba, &scale);
-            hsum_epi32(_mm256_add_epi32(
-                _mm256_add_epi32(p[0], p[1]),
-                _mm256_add_epi32(p[2], p[3]),
-            ))
+        let (sc, m) = q4k_scale_min(bw);
+        let (sum, sum_min) = unsafe {
+            let p = q4k_pair_lanes(bw, ba, sc);
+            (
+                hsum_epi32(_mm256_add_epi32(
+                    _mm256_add_epi32(p[0], p[1]),
+                    _mm256_add_epi32(p[2], p[3]),
+                )),
+                hsum_epi32(bsum_lanes(ba, runs_of_sub_blocks(m))),
+            )
         };
-        let sum_min = bsum_dot(ba, &min, 0..16);
         acc = tiled_step(acc, f16_at(bw, 0), f16_at(bw, 2), sum, sum_min, q8k_d(ba));
     }
     acc
@@ -491,19 +531,35 @@ unsafe fn q4_k_tiled(w: &[u8], a: &[u8]) -> f32 {
 
 const Q6K: usize = 210;
 
-fn q6k_scales(bw: &[u8]) -> [i32; 16] {
-    let mut s = [0i32; 16];
-    for (i, v) in s.iter_mut().enumerate() {
-        *v = i32::from(bw[192 + i] as i8);
-    }
-    s
+/// The scale of 16-element run `run` of a Q6_K block.
+#[inline(always)]
+fn q6k_scale(bw: &[u8], run: usize) -> i16 {
+    i16::from(bw[192 + run] as i8)
+}
+
+/// The run-pair scale vector for the 32 quants of runs `run`, `run + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_pair_scale(bw: &[u8], run: usize) -> __m256i {
+    _mm256_set_m128i(
+        _mm_set1_epi16(q6k_scale(bw, run + 1)),
+        _mm_set1_epi16(q6k_scale(bw, run)),
+    )
+}
+
+/// 32 * (the run scales times the bsums), per lane as [`bsum_lanes`]: what
+/// taking the quants unsigned added.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_offset(bw: &[u8], ba: &[u8]) -> __m256i {
+    unsafe { _mm256_slli_epi32::<5>(bsum_lanes(ba, q6k_runs(bw))) }
 }
 
 /// Lanes of one Q6_K block with the quants taken unsigned (0..=63): lane l
 /// sums scale * q * a over elements with index % 32 in 4l..4l+4.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> __m256i {
+unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
         let m3 = _mm256_set1_epi8(0x03);
@@ -531,11 +587,7 @@ unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8], scale: &[i32; 16]) -> __m256i
                 ),
             ];
             for (k, q) in quants.into_iter().enumerate() {
-                let run = 8 * n + 2 * k;
-                let sc = _mm256_set_m128i(
-                    _mm_set1_epi16(scale[run + 1] as i16),
-                    _mm_set1_epi16(scale[run] as i16),
-                );
+                let sc = q6k_pair_scale(bw, 8 * n + 2 * k);
                 let act = load32(ba, Q8K_QS + 128 * n + 32 * k);
                 sum = _mm256_add_epi32(sum, lanes_scaled(q, act, sc));
             }
@@ -549,17 +601,9 @@ unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, ba) in w.chunks_exact(Q6K).zip(a.chunks_exact(Q8K)) {
         let d = q8k_d(ba) * f16_at(bw, 208);
-        let scale = q6k_scales(bw);
-        let mut offset = [0i32; 8];
-        for (l, o) in offset.iter_mut().enumerate() {
-            *o = 32
-                * (crate::q8k::bsum(ba, 2 * l) * scale[2 * l]
-                    + crate::q8k::bsum(ba, 2 * l + 1) * scale[2 * l + 1]);
-        }
         unsafe {
-            let lanes = q6k_unsigned_lanes(bw, ba, &scale);
-            let off = _mm256_loadu_si256(offset.as_ptr() as *const __m256i);
-            let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, off));
+            let lanes = q6k_unsigned_lanes(bw, ba);
+            let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, q6k_offset(bw, ba)));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
         }
     }
@@ -570,9 +614,12 @@ unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
 unsafe fn q6_k_tiled(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = 0f32;
     for (bw, ba) in w.chunks_exact(Q6K).zip(a.chunks_exact(Q8K)) {
-        let scale = q6k_scales(bw);
-        let unsigned = unsafe { hsum_epi32(q6k_unsigned_lanes(bw, ba, &scale)) };
-        let sum = unsigned - 32 * bsum_dot(ba, &scale, 0..16);
+        let sum = unsafe {
+            hsum_epi32(_mm256_sub_epi32(
+                q6k_unsigned_lanes(bw, ba),
+                q6k_offset(bw, ba),
+            ))
+        };
         acc = tiled_step(acc, f16_at(bw, 208), 0.0, sum, 0, q8k_d(ba));
     }
     acc
@@ -583,69 +630,99 @@ unsafe fn q6_k_tiled(w: &[u8], a: &[u8]) -> f32 {
 // each weight block unpacked once.
 // ---------------------------------------------------------------------------
 
-/// The halves at `at` in four blocks, widened together and multiplied by `by`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn half4_times(blocks: [&[u8]; 4], at: usize, by: f32) -> [f32; 4] {
-    let mut bits = 0u64;
-    for (t, b) in blocks.iter().enumerate() {
-        bits |= u64::from(u16::from_le_bytes([b[at], b[at + 1]])) << (16 * t);
+/// Four Q8_0 or Q8_1 activation rows rearranged for a legacy four-row
+/// kernel, once per product instead of once per weight row: per block, one
+/// chunk with the four rows' scales d (and for Q8_1 then their sums s)
+/// widened to f32, then each row's 32 quants in an aligned chunk of its own
+/// (in the GGUF layout they straddle cache lines).
+fn prepare_legacy(a: [&[u8]; 4], block: usize, out: &mut Vec<Chunk32>) {
+    let blocks = a[0].len() / block;
+    out.clear();
+    out.reserve(blocks * 5);
+    for i in 0..blocks {
+        let mut head = [0f32; 8];
+        for (t, row) in a.iter().enumerate() {
+            let b = &row[i * block..(i + 1) * block];
+            head[t] = crate::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            if block == 36 {
+                head[4 + t] = crate::f16_to_f32(u16::from_le_bytes([b[2], b[3]]));
+            }
+        }
+        let mut chunk = Chunk32([0; 32]);
+        for (k, v) in head.iter().enumerate() {
+            chunk.0[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out.push(chunk);
+        for row in a {
+            let q = &row[(i + 1) * block - 32..(i + 1) * block];
+            out.push(Chunk32(q.try_into().expect("32 quants")));
+        }
     }
-    let v = _mm_mul_ps(
-        _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64)),
-        _mm_set1_ps(by),
-    );
-    let mut out = [0f32; 4];
-    // SAFETY: out holds 4 floats.
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
-    out
+}
+
+pub(crate) fn prepare_q8_0(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare_legacy(a, 34, out);
+}
+
+pub(crate) fn prepare_q8_1(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare_legacy(a, 36, out);
+}
+
+/// K-quant activations (Q8_K) carry f32 scales already.
+pub(crate) fn prepare_none(_a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    out.clear();
 }
 
 /// A legacy-format four-row dot: `$unpack` turns block `$bw` into 32 weight
-/// bytes (signed if `$signed`), `$summs` adds the Q8_1 offset terms.
+/// bytes (signed if `$signed`), `$summs` adds the Q8_1 offset terms. It reads
+/// the activations from `pre`, which `prepare_legacy` made from them.
 macro_rules! legacy_x4 {
-    ($name:ident, $wb:expr, $ab:expr, $aq:expr, $signed:expr, $summs:expr, |$bw:ident| $unpack:expr) => {
+    ($name:ident, $wb:expr, $signed:expr, $summs:expr, |$bw:ident| $unpack:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+        unsafe fn $name(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
+            let blocks = w.len() / $wb;
+            // One check here stands for the raw reads in the loop.
+            assert!(pre.len() >= blocks * 5, "prepared activations");
             let mut acc = [_mm256_setzero_ps(); 4];
-            let mut summs = [0f32; 4];
+            let mut summs = _mm_setzero_ps();
+            let ones = _mm256_set1_epi16(1);
             for (i, $bw) in w.chunks_exact($wb).enumerate() {
                 let q = unsafe { $unpack };
-                let blocks = [
-                    &a[0][i * $ab..(i + 1) * $ab],
-                    &a[1][i * $ab..(i + 1) * $ab],
-                    &a[2][i * $ab..(i + 1) * $ab],
-                    &a[3][i * $ab..(i + 1) * $ab],
-                ];
-                // The four rows' scales widened by one conversion, times the
-                // weight's (the same products as one at a time).
+                // |w| once per block; each row then needs only a's sign fix.
+                let q_abs = if $signed { _mm256_sign_epi8(q, q) } else { q };
                 let (dw, mw) = f16x2_at($bw, 0);
-                let d = half4_times(blocks, 0, dw);
-                let sa = if $summs {
-                    half4_times(blocks, 2, 1.0)
-                } else {
-                    [0f32; 4]
-                };
+                let dw8 = _mm256_set1_ps(dw);
+                // SAFETY: i < blocks, and pre holds 5 chunks per block.
+                let p = unsafe { pre.as_ptr().add(5 * i) };
+                let head = p as *const f32;
+                if $summs {
+                    // The four rows' m*s terms in one fused op per lane, as
+                    // the one-row kernel's scalar mul_add.
+                    summs =
+                        _mm_fmadd_ps(_mm_set1_ps(mw), unsafe { _mm_load_ps(head.add(4)) }, summs);
+                }
                 for t in 0..4 {
-                    let ba = blocks[t];
-                    if $summs {
-                        summs[t] = mw.mul_add(sa[t], summs[t]);
-                    }
-                    let d = d[t];
-                    let act = unsafe { load32(ba, $aq) };
-                    let l = if $signed {
-                        lanes_signed(q, act)
+                    // SAFETY: chunk 1 + t of this block (checked above); chunks are 32-aligned.
+                    let act = unsafe { _mm256_load_si256(p.add(1 + t) as *const __m256i) };
+                    let pairs = if $signed {
+                        _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(act, q))
                     } else {
-                        lanes_unsigned(q, act)
+                        _mm256_maddubs_epi16(q_abs, act)
                     };
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc[t]);
+                    let l = _mm256_madd_epi16(pairs, ones);
+                    // dw * da, rounded to f32 as the one-row kernel does.
+                    let d = _mm256_mul_ps(dw8, unsafe { _mm256_broadcast_ss(&*head.add(t)) });
+                    acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc[t]);
                 }
             }
+            let mut sm = [0f32; 4];
+            // SAFETY: sm holds 4 floats.
+            unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs) };
             let mut out = [0f32; 4];
             for t in 0..4 {
                 out[t] = unsafe { hsum_ps(acc[t]) };
                 if $summs {
-                    out[t] += summs[t];
+                    out[t] += sm[t];
                 }
             }
             out
@@ -653,66 +730,118 @@ macro_rules! legacy_x4 {
     };
 }
 
-legacy_x4!(q4_1_x4, 20, 36, 4, false, true, |bw| nibbles32(bw, 4));
-legacy_x4!(q5_0_x4, 22, 34, 2, true, false, |bw| q5_0_quants(bw));
-legacy_x4!(q8_0_x4, 34, 34, 2, true, false, |bw| load32(bw, 2));
+legacy_x4!(q4_1_x4, 20, false, true, |bw| nibbles32(bw, 4));
+legacy_x4!(q5_0_x4, 22, true, false, |bw| q5_0_quants(bw));
+legacy_x4!(q8_0_x4, 34, true, false, |bw| load32(bw, 2));
 
+/// [hsum(l[0]), hsum(l[1]), hsum(l[2]), hsum(l[3])]: four rows' integer
+/// lanes reduced together (exact), so the f32 steps after run lane-wise
+/// for all four rows at once.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    let (mut acc, mut acc_min) = ([0f32; 4], [0f32; 4]);
+fn hsum4_epi32(l: [__m256i; 4]) -> __m128i {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+}
+
+/// The four rows' Q8_K scales of block `i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8k_d4(a: [&[u8]; 4], i: usize) -> __m128 {
+    _mm_setr_ps(
+        q8k_d(&a[0][i * Q8K..]),
+        q8k_d(&a[1][i * Q8K..]),
+        q8k_d(&a[2][i * Q8K..]),
+        q8k_d(&a[3][i * Q8K..]),
+    )
+}
+
+/// `q4_k_gemm` for four rows: the integer sums of each pair of sub-blocks
+/// are reduced for all four rows together, and its two FMAs run lane-wise
+/// (lane t = row t), in the same order per row.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
+    let blocks = w.len() / Q4K;
+    assert!(a.iter().all(|r| r.len() >= blocks * Q8K), "activation rows");
+    let (mut acc, mut acc_min) = (_mm_setzero_ps(), _mm_setzero_ps());
     for (i, bw) in w.chunks_exact(Q4K).enumerate() {
-        let (scale, min) = q4k_scales(bw);
-        let mut lo = [_mm256_setzero_si256(); 4];
-        let mut hi = [_mm256_setzero_si256(); 4];
-        for p in 0..4 {
+        let (sc, m) = q4k_scale_min(bw);
+        let rows = [
+            &a[0][i * Q8K..(i + 1) * Q8K],
+            &a[1][i * Q8K..(i + 1) * Q8K],
+            &a[2][i * Q8K..(i + 1) * Q8K],
+            &a[3][i * Q8K..(i + 1) * Q8K],
+        ];
+        let (d, dmin) = f16x2_at(bw, 0);
+        let da = q8k_d4(a, i);
+        let scale_d = _mm_mul_ps(_mm_set1_ps(d), da);
+        let scale_min = _mm_mul_ps(_mm_set1_ps(dmin), da);
+        // Min sums per pair of sub-blocks, rows in lanes: after the two
+        // hadds, even = [p0 | p2] and odd = [p1 | p3] for rows 0..4.
+        let mins = runs_of_sub_blocks(m);
+        let m = rows.map(|ba| unsafe { bsum_lanes(ba, mins) });
+        let x = _mm256_hadd_epi32(m[0], m[1]);
+        let y = _mm256_hadd_epi32(m[2], m[3]);
+        let even = _mm256_castps_si256(_mm256_shuffle_ps::<0x88>(
+            _mm256_castsi256_ps(x),
+            _mm256_castsi256_ps(y),
+        ));
+        let odd = _mm256_castps_si256(_mm256_shuffle_ps::<0xdd>(
+            _mm256_castsi256_ps(x),
+            _mm256_castsi256_ps(y),
+        ));
+        let min_sums = [
+            _mm256_castsi256_si128(even),
+            _mm256_castsi256_si128(odd),
+            _mm256_extracti128_si256::<1>(even),
+            _mm256_extracti128_si256::<1>(odd),
+        ];
+        for (p, min_sum) in min_sums.into_iter().enumerate() {
             let raw = unsafe { load32(bw, 16 + 32 * p) };
-            lo[p] = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
-            hi[p] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
-        }
-        for t in 0..4 {
-            let ba = &a[t][i * Q8K..(i + 1) * Q8K];
-            let da = q8k_d(ba);
-            let scale_d = f16_at(bw, 0) * da;
-            let scale_min = f16_at(bw, 2) * da;
-            for p in 0..4 {
-                let lanes = unsafe {
-                    _mm256_add_epi32(
-                        lanes_scaled(
-                            lo[p],
-                            load32(ba, Q8K_QS + 64 * p),
-                            _mm256_set1_epi16(scale[4 * p] as i16),
-                        ),
-                        lanes_scaled(
-                            hi[p],
-                            load32(ba, Q8K_QS + 64 * p + 32),
-                            _mm256_set1_epi16(scale[4 * p + 2] as i16),
-                        ),
-                    )
-                };
-                let sum = hsum_epi32(lanes);
-                let sum_min = bsum_dot(ba, &min, 4 * p..4 * p + 4);
-                acc[t] = (sum as f32).mul_add(scale_d, acc[t]);
-                acc_min[t] = (sum_min as f32).mul_add(scale_min, acc_min[t]);
-            }
+            let lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
+            let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
+            let s_lo = _mm256_set1_epi16(byte(sc, 2 * p));
+            let s_hi = _mm256_set1_epi16(byte(sc, 2 * p + 1));
+            let lanes = rows.map(|ba| unsafe {
+                _mm256_add_epi32(
+                    lanes_scaled(lo, load32(ba, Q8K_QS + 64 * p), s_lo),
+                    lanes_scaled(hi, load32(ba, Q8K_QS + 64 * p + 32), s_hi),
+                )
+            });
+            let sums = _mm_cvtepi32_ps(hsum4_epi32(lanes));
+            acc = _mm_fmadd_ps(sums, scale_d, acc);
+            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), scale_min, acc_min);
         }
     }
     let mut out = [0f32; 4];
-    for t in 0..4 {
-        out[t] = acc[t] - acc_min[t];
-    }
+    // SAFETY: out holds 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(acc, acc_min)) };
     out
 }
 
+/// `q6_k_tiled` for four rows: the -32 offset is taken off in the integer
+/// lanes (bsums times scales), the four rows reduced together, and the
+/// tiled step (d * sum, then one FMA with the row's scale) run lane-wise.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    let mut acc = [0f32; 4];
+unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
+    let blocks = w.len() / Q6K;
+    assert!(a.iter().all(|r| r.len() >= blocks * Q8K), "activation rows");
+    let mut acc = _mm_setzero_ps();
     let m4 = _mm256_set1_epi8(0x0f);
     let m3 = _mm256_set1_epi8(0x03);
     for (i, bw) in w.chunks_exact(Q6K).enumerate() {
-        let scale = q6k_scales(bw);
-        // The 8 quant vectors (unsigned, 0..=63) and their run scales.
-        let mut quants = [_mm256_setzero_si256(); 8];
-        let mut scales = [_mm256_setzero_si256(); 8];
+        let rows = [
+            &a[0][i * Q8K..(i + 1) * Q8K],
+            &a[1][i * Q8K..(i + 1) * Q8K],
+            &a[2][i * Q8K..(i + 1) * Q8K],
+            &a[3][i * Q8K..(i + 1) * Q8K],
+        ];
+        let mut lanes = [_mm256_setzero_si256(); 4];
+        for (l, ba) in lanes.iter_mut().zip(rows) {
+            *l = _mm256_sub_epi32(_mm256_setzero_si256(), unsafe { q6k_offset(bw, ba) });
+        }
+        // Each quant vector (unsigned, 0..=63) is built once and used by
+        // all four rows before the next: few live registers.
         for n in 0..2 {
             let (ql0, ql1, qh) = unsafe {
                 (
@@ -721,40 +850,32 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                     load32(bw, 128 + 32 * n),
                 )
             };
-            let low = [
-                _mm256_and_si256(ql0, m4),
-                _mm256_and_si256(ql1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-            ];
-            let high = [
-                _mm256_and_si256(qh, m3),
-                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3),
-                _mm256_and_si256(_mm256_srli_epi16(qh, 4), m3),
-                _mm256_and_si256(_mm256_srli_epi16(qh, 6), m3),
-            ];
             for k in 0..4 {
-                let run = 8 * n + 2 * k;
-                quants[4 * n + k] = _mm256_or_si256(low[k], _mm256_slli_epi16(high[k], 4));
-                scales[4 * n + k] = _mm256_set_m128i(
-                    _mm_set1_epi16(scale[run + 1] as i16),
-                    _mm_set1_epi16(scale[run] as i16),
-                );
+                let low = match k {
+                    0 => _mm256_and_si256(ql0, m4),
+                    1 => _mm256_and_si256(ql1, m4),
+                    2 => _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _ => _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                };
+                let high =
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                let sc = q6k_pair_scale(bw, 8 * n + 2 * k);
+                let g = 4 * n + k;
+                for (l, ba) in lanes.iter_mut().zip(rows) {
+                    let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
+                    *l = _mm256_add_epi32(*l, lanes_scaled(q, act, sc));
+                }
             }
         }
-        for (t, acc) in acc.iter_mut().enumerate() {
-            let ba = &a[t][i * Q8K..(i + 1) * Q8K];
-            let mut lanes = _mm256_setzero_si256();
-            for g in 0..8 {
-                let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
-                lanes = _mm256_add_epi32(lanes, lanes_scaled(quants[g], act, scales[g]));
-            }
-            let unsigned = hsum_epi32(lanes);
-            let sum = unsigned - 32 * bsum_dot(ba, &scale, 0..16);
-            *acc = tiled_step(*acc, f16_at(bw, 208), 0.0, sum, 0, q8k_d(ba));
-        }
+        let sums = _mm_cvtepi32_ps(hsum4_epi32(lanes));
+        let r = _mm_mul_ps(_mm_set1_ps(f16_at(bw, 208)), sums);
+        acc = _mm_fmadd_ps(r, q8k_d4(a, i), acc);
     }
-    acc
+    let mut out = [0f32; 4];
+    // SAFETY: out holds 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
 }
 
 // ---------------------------------------------------------------------------
