@@ -9,7 +9,7 @@
 //! 512+ keys, which sums partial results per thread; decode past 512 tokens
 //! of context can therefore part from llama.cpp after a near-tie.
 
-use crate::ops::ggml_v_expf;
+use crate::ops::exp_minus8;
 use kestrel_quant::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_to_f16_row};
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -269,15 +269,28 @@ fn tile(
             }
             m[r] = m_new;
             let mut total = 0f64;
-            for chunk in kq.chunks_exact_mut(8) {
-                chunk.iter_mut().for_each(|v| *v = ggml_v_expf(*v - m_new));
-                let c: [f32; 8] = (&*chunk).try_into().expect("8 lanes");
-                total += f64::from(crate_hsum8(&c));
+            for chunk in kq.as_chunks_mut::<8>().0 {
+                exp_minus8(chunk, m_new);
+                total += f64::from(crate_hsum8(chunk));
             }
             sum[r] = (f64::from(sum[r]) + total) as f32;
+            // acc[d] += v[tk][d] * w[tk] over the tile's keys in order, eight
+            // dimensions at a time so the partial sums stay in registers.
+            let (wide, tail) = acc.as_chunks_mut::<8>();
+            for (c, a8) in wide.iter_mut().enumerate() {
+                let mut av = *a8;
+                for (tk, &w) in kq.iter().enumerate() {
+                    let v = &vt[tk * dv + 8 * c..tk * dv + 8 * c + 8];
+                    for (a, &v) in av.iter_mut().zip(v) {
+                        *a = v.mul_add(w, *a);
+                    }
+                }
+                *a8 = av;
+            }
+            let d0 = dv - tail.len();
             for (tk, &w) in kq.iter().enumerate() {
-                let vrow = &vt[tk * dv..(tk + 1) * dv];
-                for (a, &v) in acc.iter_mut().zip(vrow) {
+                let vrow = &vt[tk * dv + d0..(tk + 1) * dv];
+                for (a, &v) in tail.iter_mut().zip(vrow) {
                     *a = v.mul_add(w, *a);
                 }
             }

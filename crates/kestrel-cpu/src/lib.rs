@@ -9,6 +9,8 @@ mod profile;
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 use kestrel_quant::dequantize_row;
@@ -465,14 +467,7 @@ impl CpuModel {
 
         for (il, layer) in self.layers.iter().enumerate() {
             let t0 = prof.tick();
-            for t in 0..n_tok {
-                ops::rms_norm(
-                    &x[t * e..(t + 1) * e],
-                    &layer.attn_norm,
-                    hp.rms_eps,
-                    &mut h[t * e..(t + 1) * e],
-                );
-            }
+            norm_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h[..n_tok * e], e);
             prof.tock(t0, "norm", 0);
             let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
                 let qkv = self.mm(wqkv, &h, n_tok);
@@ -586,14 +581,7 @@ impl CpuModel {
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
-            for t in 0..n_tok {
-                ops::rms_norm(
-                    &x[t * e..(t + 1) * e],
-                    &layer.ffn_norm,
-                    hp.rms_eps,
-                    &mut h[t * e..(t + 1) * e],
-                );
-            }
+            norm_rows(&x, &layer.ffn_norm, hp.rms_eps, &mut h[..n_tok * e], e);
             prof.tock(t0, "norm", 0);
             let n_ff = hp.n_ff;
             let (gate, up) = match &layer.ffn_gate {
@@ -614,17 +602,15 @@ impl CpuModel {
             };
             let t0 = prof.tick();
             let mut act = vec![0f32; n_tok * n_ff];
-            for t in 0..n_tok {
-                let r = t * n_ff..(t + 1) * n_ff;
-                match blk.activation {
-                    Activation::SiluGlu => {
-                        ops::swiglu(&gate[r.clone()], &up[r.clone()], &mut act[r])
-                    }
-                    Activation::GeluGlu => {
-                        ops::geglu(&gate[r.clone()], &up[r.clone()], &mut act[r])
-                    }
-                }
-            }
+            let glu = match blk.activation {
+                Activation::SiluGlu => ops::swiglu,
+                Activation::GeluGlu => ops::geglu,
+            };
+            // Rows are independent: a prompt batch splits them over the pool.
+            act.par_chunks_mut(n_ff)
+                .zip(gate.par_chunks(n_ff).zip(up.par_chunks(n_ff)))
+                .with_min_len(PAR_ROWS)
+                .for_each(|(y, (g, u))| glu(g, u, y));
             prof.tock(t0, "activation", 0);
             let mut d = self.mm(&layer.ffn_down, &act, n_tok);
             let t0 = prof.tick();
@@ -653,4 +639,16 @@ impl CpuModel {
         }
         logits
     }
+}
+
+/// Rows per task when a prompt batch's row-wise ops go to the pool: below
+/// this a hand-off costs more than the rows.
+const PAR_ROWS: usize = 4;
+
+/// RMSNorm of each `e`-wide row of `x` into `y` (rows split over the pool).
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], e: usize) {
+    y.par_chunks_mut(e)
+        .zip(x.par_chunks(e))
+        .with_min_len(PAR_ROWS)
+        .for_each(|(y, x)| ops::rms_norm(x, w, eps, y));
 }

@@ -4,8 +4,8 @@
 
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
-    dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type, Chunk32,
-    Dot4, VecDotFn,
+    dot2_kernel, dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type,
+    Chunk32, Dot4, VecDotFn,
 };
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -171,6 +171,27 @@ fn rows_into(
         }
     }
     let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+    if n_tok == 1 {
+        if let Some(two) = dot2_kernel(dot_path(w.ty, w.rows, 0, 1), w.ty) {
+            // Decode: the band is read as four unbroken streams, one per
+            // quarter, two rows per call: more streams in flight kept the
+            // prefetchers ahead of the loads (a row-at-a-time scan, one
+            // stream, ran 25-40% slower from DRAM).
+            let q = (r1 - r0) / 4;
+            for k in 0..q {
+                let [a, b] = two(row(r0 + k), row(r0 + q + k), &acts[0]);
+                let [c, d] = two(row(r0 + 2 * q + k), row(r0 + 3 * q + k), &acts[0]);
+                out[k] = a;
+                out[q + k] = b;
+                out[2 * q + k] = c;
+                out[3 * q + k] = d;
+            }
+            for r in r0 + 4 * q..r1 {
+                out[r - r0] = (runs[0].2)(w.cols, row(r), &acts[0]);
+            }
+            return;
+        }
+    }
     // Cache blocking for prompt batches: a tile of activation rows stays in
     // L2 while tiles of weight rows pass through L1, instead of every
     // weight row streaming the whole batch's activations again.
@@ -228,6 +249,53 @@ fn rows_into(
 mod tests {
     use super::*;
     use kestrel_quant::{dequantize_row, quantize_row};
+
+    /// Decode reads a band as four streams, two rows per call: every output
+    /// must still carry the bits of its own row's one-row kernel, for row
+    /// counts that do not divide by 4 (the leftover rows go one at a time).
+    #[test]
+    fn decode_streams_give_each_row_its_own_dot() {
+        let cols = 512usize;
+        let mut s = 11u32;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        };
+        let x: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            for rows in [1usize, 6, 8, 37, 64] {
+                let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+                let mut data = vec![0u8; rb * rows];
+                for r in 0..rows {
+                    let wf: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+                    quantize_row(ty, &wf, &mut data[r * rb..(r + 1) * rb]);
+                }
+                let w = MatRef {
+                    ty,
+                    rows,
+                    cols,
+                    data: &data,
+                };
+                let acts = vec![quantize_activations(ty, &x)];
+                let mut out = vec![0f32; rows];
+                rows_into(w, &acts, 0, rows, &mut out, rows);
+                let one = dot_kernel(dot_path(ty, rows, 0, 1), ty);
+                for r in 0..rows {
+                    let want = one(cols, &data[r * rb..(r + 1) * rb], &acts[0]);
+                    assert_eq!(out[r].to_bits(), want.to_bits(), "{ty} rows {rows} row {r}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn threaded_matmul_equals_single_thread_and_dequantized_reference() {

@@ -103,6 +103,17 @@ pub(crate) fn ggml_v_expf(x: f32) -> f32 {
     }
 }
 
+/// x[i] = ggml_v_expf(x[i] - m) for eight lanes (attention weights).
+#[inline]
+pub(crate) fn exp_minus8(x: &mut [f32; 8], m: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if kestrel_quant::avx2_in_use() {
+        // SAFETY: AVX2, FMA and F16C were detected.
+        return unsafe { x86::exp_minus8(x, m) };
+    }
+    x.iter_mut().for_each(|v| *v = ggml_v_expf(*v - m));
+}
+
 /// SiLU as ggml's vectorised path computes it: x / (1 + exp(-x)).
 #[inline]
 pub fn silu(x: f32) -> f32 {
@@ -118,6 +129,17 @@ fn silu_scalar(x: f32) -> f32 {
 /// y[i] = silu(gate[i]) * up[i], with ggml's split between 8-lane SIMD and scalar tail.
 #[inline]
 pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if kestrel_quant::avx2_in_use() {
+        // SAFETY: AVX2, FMA and F16C were detected.
+        return unsafe { x86::swiglu(gate, up, y) };
+    }
+    swiglu_portable(gate, up, y)
+}
+
+/// [`swiglu`] one element at a time (the reference the AVX2 path matches).
+#[inline]
+pub fn swiglu_portable(gate: &[f32], up: &[f32], y: &mut [f32]) {
     let simd = gate.len() / 8 * 8;
     for i in 0..gate.len() {
         let s = if i < simd {
@@ -164,12 +186,129 @@ fn gelu_f16(h: u16) -> u16 {
 /// y[i] = gelu(gate[i]) * up[i].
 #[inline]
 pub fn geglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if kestrel_quant::avx2_in_use() {
+        // SAFETY: AVX2, FMA and F16C were detected.
+        return unsafe { x86::geglu(gate, up, y, gelu_table()) };
+    }
+    geglu_portable(gate, up, y)
+}
+
+/// [`geglu`] one element at a time (the reference the AVX2 path matches).
+#[inline]
+pub fn geglu_portable(gate: &[f32], up: &[f32], y: &mut [f32]) {
     for i in 0..gate.len() {
         y[i] = if gate[i] >= 10.0 {
             gate[i] * up[i]
         } else {
             gelu(gate[i]) * up[i]
         };
+    }
+}
+
+/// Eight lanes at a time: the same operations per element as the portable
+/// functions above (ggml's vector expf and the f16 GELU table), so results
+/// are bit-identical (tested below).
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `ggml_v_expf` on eight lanes, step for step as the scalar version.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn v_expf(x: __m256) -> __m256 {
+        let f = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+        let r = f(0x4B40_0000);
+        let z = _mm256_fmadd_ps(x, f(0x3FB8_AA3B), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, f(0x35BF_BE8E), _mm256_fnmadd_ps(n, f(0x3F31_7200), x));
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(0x3F80_0000)));
+        let abs_n = _mm256_andnot_ps(f(0x8000_0000), n);
+        let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(f(0x3C07_2010), b, f(0x3D2B_9F17)),
+                u,
+                _mm256_fmadd_ps(f(0x3E2A_AF33), b, f(0x3EFF_FEDB)),
+            ),
+            u,
+            _mm256_mul_ps(f(0x3F7F_FFF6), b),
+        );
+        let plain = _mm256_fmadd_ps(j, k, k);
+        if _mm256_movemask_ps(c) == 0 {
+            return plain;
+        }
+        let g = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+            _mm256_set1_epi32(0x8200_0000u32 as i32),
+        );
+        let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7F00_0000)));
+        let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+        let huge = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        let wide = _mm256_blendv_ps(
+            _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1),
+            _mm256_mul_ps(s1, s1),
+            huge,
+        );
+        _mm256_blendv_ps(plain, wide, c)
+    }
+
+    /// See `super::exp_minus8`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn exp_minus8(x: &mut [f32; 8], m: f32) {
+        // SAFETY: x holds 8 floats.
+        unsafe {
+            let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_set1_ps(m));
+            _mm256_storeu_ps(x.as_mut_ptr(), v_expf(v));
+        }
+    }
+
+    /// See `super::swiglu`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+        let n = gate.len().min(up.len()).min(y.len());
+        let simd = n / 8 * 8;
+        let sign = _mm256_set1_ps(-0.0);
+        for i in (0..simd).step_by(8) {
+            // SAFETY: i + 8 <= n for all three slices.
+            unsafe {
+                let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let e = v_expf(_mm256_xor_ps(x, sign));
+                let s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+                let u = _mm256_loadu_ps(up.as_ptr().add(i));
+                _mm256_storeu_ps(y.as_mut_ptr().add(i), _mm256_mul_ps(s, u));
+            }
+        }
+        super::swiglu_portable(&gate[simd..n], &up[simd..n], &mut y[simd..n]);
+        // The portable tail treats its slice as all-tail (shorter than 8).
+    }
+
+    /// See `super::geglu`: the f16 rounding of eight inputs in one
+    /// conversion, the table read per lane, the clamps as blends.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn geglu(gate: &[f32], up: &[f32], y: &mut [f32], table: &[u16]) {
+        assert_eq!(table.len(), 1 << 16, "one entry per f16");
+        let n = gate.len().min(up.len()).min(y.len());
+        let simd = n / 8 * 8;
+        for i in (0..simd).step_by(8) {
+            // SAFETY: i + 8 <= n for all three slices.
+            unsafe {
+                let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                let mut idx = [0u16; 8];
+                _mm_storeu_si128(idx.as_mut_ptr() as *mut __m128i, h);
+                let looked = idx.map(|k| table[usize::from(k)]);
+                let g = _mm256_cvtph_ps(_mm_loadu_si128(looked.as_ptr() as *const __m128i));
+                let low = _mm256_cmp_ps::<_CMP_LE_OQ>(x, _mm256_set1_ps(-10.0));
+                let high = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(10.0));
+                let g = _mm256_blendv_ps(_mm256_blendv_ps(g, _mm256_setzero_ps(), low), x, high);
+                let u = _mm256_loadu_ps(up.as_ptr().add(i));
+                _mm256_storeu_ps(y.as_mut_ptr().add(i), _mm256_mul_ps(g, u));
+            }
+        }
+        super::geglu_portable(&gate[simd..n], &up[simd..n], &mut y[simd..n]);
     }
 }
 
@@ -199,6 +338,61 @@ mod tests {
         }
         assert_eq!(ggml_v_expf(-200.0), 0.0);
         assert!(ggml_v_expf(200.0).is_infinite());
+    }
+
+    /// The AVX2 GLUs against their portable twins, bit for bit, on random
+    /// rows of odd lengths with values across exp's and the table's ranges
+    /// (including the clamps at +-10 and the wide-exponent branch).
+    #[test]
+    fn avx2_glus_equal_portable_bit_for_bit() {
+        if !kestrel_quant::avx2_in_use() {
+            eprintln!("no AVX2 here: nothing to compare");
+            return;
+        }
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for n in [1usize, 7, 8, 9, 64, 203] {
+            for scale in [0.5f32, 4.0, 30.0, 200.0] {
+                let mut gate: Vec<f32> = (0..n)
+                    .map(|_| ((next() % 200_001) as f32 / 100_000.0 - 1.0) * scale)
+                    .collect();
+                if n > 3 {
+                    gate[0] = 10.0;
+                    gate[1] = -10.0;
+                    gate[2] = -0.0;
+                }
+                let up: Vec<f32> = (0..n)
+                    .map(|_| (next() % 20_001) as f32 / 1000.0 - 10.0)
+                    .collect();
+                let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+                swiglu(&gate, &up, &mut a);
+                swiglu_portable(&gate, &up, &mut b);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "swiglu n={n} scale={scale}");
+                geglu(&gate, &up, &mut a);
+                geglu_portable(&gate, &up, &mut b);
+                assert_eq!(bits(&a), bits(&b), "geglu n={n} scale={scale}");
+            }
+        }
+        for m in [0.0f32, 3.5, -200.0, f32::NEG_INFINITY.max(-1e30)] {
+            for _ in 0..50 {
+                let mut x: [f32; 8] =
+                    std::array::from_fn(|_| (next() % 400_001) as f32 / 1000.0 - 200.0);
+                x[7] = f32::NEG_INFINITY;
+                let want = x.map(|v| ggml_v_expf(v - m));
+                exp_minus8(&mut x, m);
+                assert_eq!(
+                    x.map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "exp_minus8 m={m}"
+                );
+            }
+        }
     }
 
     #[test]

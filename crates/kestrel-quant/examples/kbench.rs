@@ -2,7 +2,7 @@
 //! (one thread), and of the four-row prefill kernels on L1-resident data in
 //! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
 use kestrel_quant::{
-    dot4_kernel, dot_kernel, quantize_activations, quantize_row, DotPath, GgmlType,
+    dot2_kernel, dot4_kernel, dot_kernel, quantize_activations, quantize_row, DotPath, GgmlType,
 };
 use std::time::Instant;
 
@@ -43,6 +43,25 @@ fn main() {
                 "{ty} rows {rows}: {:.2} GB/s ({s})",
                 (rb * rows * reps) as f64 / dt / 1e9
             );
+            if let Some(f2) = dot2_kernel(DotPath::VecDot, ty) {
+                let t0 = Instant::now();
+                for _ in 0..reps {
+                    let half = rows / 2;
+                    for r in 0..half {
+                        let v = f2(
+                            &w[r * rb..(r + 1) * rb],
+                            &w[(half + r) * rb..(half + r + 1) * rb],
+                            &a,
+                        );
+                        s += v[0] + v[1];
+                    }
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                println!(
+                    "{ty} rows {rows}, two at a time: {:.2} GB/s ({s})",
+                    (rb * rows * reps) as f64 / dt / 1e9
+                );
+            }
         }
     }
     prefill_rates();

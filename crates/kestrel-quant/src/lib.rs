@@ -323,6 +323,24 @@ pub fn dot4_kernel(path: DotPath, ty: GgmlType) -> Option<Dot4> {
     None
 }
 
+/// Two weight rows against one activation row: each result has the bits of
+/// the plain dot of its row. The rows should be far apart (say, from the
+/// two halves of a band): two adjacent rows read together break the
+/// hardware prefetchers' streams at every row, which halved the speed from
+/// DRAM.
+pub type VecDot2Fn = fn(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2];
+
+/// The two-row decode kernel for `path` and `ty`, where there is one (on
+/// AVX2: the legacy formats, Q4_K's gemv and Q6_K's vec_dot).
+pub fn dot2_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot2Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return x86::rows2_dot(path, ty);
+    }
+    let _ = (path, ty);
+    None
+}
+
 /// Bytes of one row of `n` elements of `ty` (a whole number of blocks),
 /// for checking a product's slices once.
 pub fn row_bytes(ty: GgmlType, n: usize) -> usize {
@@ -385,6 +403,7 @@ mod tests {
             DotPath::Tiled,
         ];
         let mut checked4 = 0;
+        let mut checked2 = 0;
         for (i, &ty) in GgmlType::ALL.iter().enumerate() {
             // Quantizers: same bytes, including exact ties and zero blocks.
             for blocks in [1usize, 4] {
@@ -439,9 +458,25 @@ mod tests {
                         }
                         checked4 += 1;
                     }
+                    if let Some(f2) = x86::rows2_dot(path, ty) {
+                        // Two rows: this one and another, each against `a`.
+                        let wf2: Vec<f32> = (0..n)
+                            .map(|_| (next() % 2001) as f32 / 300.0 - 3.0)
+                            .collect();
+                        let mut w2 = vec![0u8; bytes_for(ty, n)];
+                        quantize_row(ty, &wf2, &mut w2);
+                        let two = f2(&w, &w2, &a);
+                        for (r, got) in [&w, &w2].iter().zip(two) {
+                            let one =
+                                path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, r, &a);
+                            assert_eq!(one.to_bits(), got.to_bits(), "{ty} two rows n={n}");
+                        }
+                        checked2 += 1;
+                    }
                 }
             }
         }
         assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
+        assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }
 }

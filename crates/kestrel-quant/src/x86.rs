@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::{Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot4Fn, VecDotFn};
+use crate::{Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDotFn};
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
 pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
@@ -77,6 +77,37 @@ entry4!(dot4_q8_0 => q8_0_x4);
 entry4!(dot4_q4_k_gemm => q4_k_gemm_x4);
 entry4!(dot4_q6_k_tiled => q6_k_tiled_x4);
 
+/// The two-row decode kernel for `path` and `ty`, if there is one.
+pub(crate) fn rows2_dot(path: DotPath, ty: T) -> Option<VecDot2Fn> {
+    Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_0) => dot2_q4_0,
+        (DotPath::VecDot, T::Q4_1) => dot2_q4_1,
+        (DotPath::VecDot, T::Q5_0) => dot2_q5_0,
+        (DotPath::VecDot, T::Q5_1) => dot2_q5_1,
+        (DotPath::VecDot, T::Q8_0) => dot2_q8_0,
+        (DotPath::RepackGemv, T::Q4_K) => dot2_q4_k_gemv,
+        (DotPath::VecDot, T::Q6_K) => dot2_q6_k,
+        _ => return None,
+    })
+}
+
+macro_rules! entry2 {
+    ($name:ident => $body:ident) => {
+        fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+            // SAFETY: as `entry!`.
+            unsafe { $body(w0, w1, a) }
+        }
+    };
+}
+
+entry2!(dot2_q4_0 => q4_0_rows2);
+entry2!(dot2_q4_1 => q4_1_rows2);
+entry2!(dot2_q5_0 => q5_0_rows2);
+entry2!(dot2_q5_1 => q5_1_rows2);
+entry2!(dot2_q8_0 => q8_0_rows2);
+entry2!(dot2_q4_k_gemv => q4_k_gemv_rows2);
+entry2!(dot2_q6_k => q6_k_vec_dot_rows2);
+
 /// Declares a safe entry point for an AVX2 kernel body.
 macro_rules! entry {
     ($name:ident => $body:ident) => {
@@ -105,17 +136,26 @@ entry!(dot_q6_k_tiled => q6_k_tiled);
 // Shared pieces.
 // ---------------------------------------------------------------------------
 
+/// `v` unchanged, but opaque to the optimiser. Where only some lanes of a
+/// half-to-float conversion are used, LLVM narrows the zero-extending move
+/// into a `vpinsrw` that merges into whatever register is free, often a
+/// loop's accumulator; the false dependency then serialises the loop.
+#[inline(always)]
+fn opaque(v: __m128i) -> __m128i {
+    let mut v = v;
+    // SAFETY: an empty asm block that only claims to modify `v`.
+    unsafe {
+        std::arch::asm!("/* {0} */", inout(xmm_reg) v, options(pure, nomem, nostack, preserves_flags));
+    }
+    v
+}
+
 /// The IEEE half at `at`, widened with F16C (exact, as every conversion).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_at(b: &[u8], at: usize) -> f32 {
     let bits = u16::from_le_bytes([b[at], b[at + 1]]);
-    // Two lanes of a zero-extended move: with one, LLVM inserts the half
-    // into whatever register is free, often the loop's accumulator, and the
-    // false dependency serialises the loop.
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
-        i32::from(bits) | 0x3c00_0000,
-    )))
+    _mm_cvtss_f32(_mm_cvtph_ps(opaque(_mm_cvtsi32_si128(i32::from(bits)))))
 }
 
 /// The halves at `bw[at_w]` and `ba[at_a]`, widened together.
@@ -133,7 +173,7 @@ fn f16_pair(bw: &[u8], at_w: usize, ba: &[u8], at_a: usize) -> (f32, f32) {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16x2_at(b: &[u8], at: usize) -> (f32, f32) {
     let bits = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    let v = _mm_cvtph_ps(opaque(_mm_cvtsi32_si128(bits as i32)));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
@@ -343,6 +383,74 @@ unsafe fn q8_0(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum_ps(acc) }
 }
 
+/// A legacy-format dot of two weight rows against one activation row
+/// (decode): each row's f32 steps are its one-row
+/// kernel's, while the activation block and its scale are loaded once.
+/// `$q8_1` marks Q8_1 activations (scale and sum at 0, quants at 4), whose
+/// weights carry an offset m added as m * s.
+macro_rules! legacy_rows2 {
+    ($name:ident, $wb:expr, $signed:expr, $q8_1:expr, |$bw:ident| $unpack:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+            let ab = if $q8_1 { 36 } else { 34 };
+            let blocks = w0.len() / $wb;
+            assert!(w1.len() >= blocks * $wb, "second weight row");
+            assert!(a.len() >= blocks * ab, "activation row");
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let (mut summs0, mut summs1) = (0f32, 0f32);
+            let ones = _mm256_set1_epi16(1);
+            // One row's step; written out twice so both accumulators stay
+            // in registers.
+            macro_rules! step {
+                ($row:expr, $i:expr, $act:expr, $da:expr, $sa:expr, $acc:ident, $summs:ident) => {{
+                    let $bw = &$row[$i * $wb..($i + 1) * $wb];
+                    let q = unsafe { $unpack };
+                    let l = if $signed {
+                        _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8($act, q)),
+                            ones,
+                        )
+                    } else {
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(q, $act), ones)
+                    };
+                    let d = if $q8_1 {
+                        let (dw, m) = f16x2_at($bw, 0);
+                        $summs = m.mul_add($sa, $summs);
+                        dw * $da
+                    } else {
+                        f16_at($bw, 0) * $da
+                    };
+                    $acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), $acc);
+                }};
+            }
+            for i in 0..blocks {
+                let ba = &a[i * ab..(i + 1) * ab];
+                let act = unsafe { load32(ba, ab - 32) };
+                let (da, sa) = if $q8_1 {
+                    f16x2_at(ba, 0)
+                } else {
+                    (f16_at(ba, 0), 0.0)
+                };
+                step!(w0, i, act, da, sa, acc0, summs0);
+                step!(w1, i, act, da, sa, acc1, summs1);
+            }
+            unsafe { [hsum_ps(acc0) + summs0, hsum_ps(acc1) + summs1] }
+        }
+    };
+}
+
+legacy_rows2!(q4_0_rows2, 18, true, false, |bw| _mm256_sub_epi8(
+    nibbles32(bw, 2),
+    _mm256_set1_epi8(8)
+));
+legacy_rows2!(q4_1_rows2, 20, false, true, |bw| nibbles32(bw, 4));
+legacy_rows2!(q5_0_rows2, 22, true, false, |bw| q5_0_quants(bw));
+legacy_rows2!(q5_1_rows2, 24, false, true, |bw| _mm256_or_si256(
+    nibbles32(bw, 8),
+    fifth_bits(qh_at(bw, 4))
+));
+legacy_rows2!(q8_0_rows2, 34, true, false, |bw| load32(bw, 2));
+
 // ---------------------------------------------------------------------------
 // K-quants against Q8_K (see kquants/ for layouts and orders).
 // ---------------------------------------------------------------------------
@@ -497,6 +605,40 @@ unsafe fn q4_k_gemv(w: &[u8], a: &[u8]) -> f32 {
     unsafe { q4_k_repacked(w, a, 8) }
 }
 
+/// One block of `q4_k_gemv` (the `group == 8` case of `q4_k_repacked`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemv_step(bw: &[u8], ba: &[u8], acc: &mut (f32, f32)) {
+    let da = q8k_d(ba);
+    let (d, dmin) = f16x2_at(bw, 0);
+    let (sc, m) = q4k_scale_min(bw);
+    let pairs = unsafe { q4k_pair_lanes(bw, ba, sc) };
+    let all = _mm256_add_epi32(
+        _mm256_add_epi32(pairs[0], pairs[1]),
+        _mm256_add_epi32(pairs[2], pairs[3]),
+    );
+    let min_lanes = unsafe { bsum_lanes(ba, runs_of_sub_blocks(m)) };
+    acc.0 = (hsum_epi32(all) as f32).mul_add(d * da, acc.0);
+    acc.1 = (hsum_epi32(min_lanes) as f32).mul_add(dmin * da, acc.1);
+}
+
+/// `q4_k_gemv` of two rows at once (see [`crate::VecDot2Fn`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemv_rows2(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+    let (mut r0, mut r1) = ((0f32, 0f32), (0f32, 0f32));
+    for ((b0, b1), ba) in w0
+        .chunks_exact(Q4K)
+        .zip(w1.chunks_exact(Q4K))
+        .zip(a.chunks_exact(Q8K))
+    {
+        unsafe {
+            q4_k_gemv_step(b0, ba, &mut r0);
+            q4_k_gemv_step(b1, ba, &mut r1);
+        }
+    }
+    [r0.0 - r0.1, r1.0 - r1.1]
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_gemm(w: &[u8], a: &[u8]) -> f32 {
     unsafe { q4_k_repacked(w, a, 2) }
@@ -596,18 +738,42 @@ unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
     }
 }
 
+/// One block of `q6_k_vec_dot`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_vec_dot_step(bw: &[u8], ba: &[u8], acc: &mut __m256) {
+    let d = q8k_d(ba) * f16_at(bw, 208);
+    unsafe {
+        let lanes = q6k_unsigned_lanes(bw, ba);
+        let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, q6k_offset(bw, ba)));
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, *acc);
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, ba) in w.chunks_exact(Q6K).zip(a.chunks_exact(Q8K)) {
-        let d = q8k_d(ba) * f16_at(bw, 208);
-        unsafe {
-            let lanes = q6k_unsigned_lanes(bw, ba);
-            let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, q6k_offset(bw, ba)));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
-        }
+        unsafe { q6_k_vec_dot_step(bw, ba, &mut acc) };
     }
     unsafe { hsum_ps(acc) }
+}
+
+/// `q6_k_vec_dot` of two rows at once (see [`crate::VecDot2Fn`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_vec_dot_rows2(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for ((b0, b1), ba) in w0
+        .chunks_exact(Q6K)
+        .zip(w1.chunks_exact(Q6K))
+        .zip(a.chunks_exact(Q8K))
+    {
+        unsafe {
+            q6_k_vec_dot_step(b0, ba, &mut acc0);
+            q6_k_vec_dot_step(b1, ba, &mut acc1);
+        }
+    }
+    unsafe { [hsum_ps(acc0), hsum_ps(acc1)] }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -744,16 +910,19 @@ fn hsum4_epi32(l: [__m256i; 4]) -> __m128i {
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }
 
-/// The four rows' Q8_K scales of block `i`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+/// The four rows' Q8_K scales of block `i` (SSE only, so it can be forced
+/// inline into the kernels).
+#[inline(always)]
 fn q8k_d4(a: [&[u8]; 4], i: usize) -> __m128 {
-    _mm_setr_ps(
-        q8k_d(&a[0][i * Q8K..]),
-        q8k_d(&a[1][i * Q8K..]),
-        q8k_d(&a[2][i * Q8K..]),
-        q8k_d(&a[3][i * Q8K..]),
-    )
+    // SAFETY: SSE is part of the x86-64 baseline.
+    unsafe {
+        _mm_setr_ps(
+            q8k_d(&a[0][i * Q8K..]),
+            q8k_d(&a[1][i * Q8K..]),
+            q8k_d(&a[2][i * Q8K..]),
+            q8k_d(&a[3][i * Q8K..]),
+        )
+    }
 }
 
 /// `q4_k_gemm` for four rows: the integer sums of each pair of sub-blocks
