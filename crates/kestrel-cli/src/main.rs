@@ -1,6 +1,7 @@
 //! The `kestrel` command line: flags follow llama.cpp's names where they overlap.
 
 mod bench;
+mod perplexity;
 mod profile;
 
 use std::io::Write;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use kestrel_engine::{Engine, GenerateParams};
+use kestrel_engine::{Engine, GenerateParams, TokenLogprobs};
 use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
 
@@ -36,6 +37,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Break one prefill batch and one decode step down by kernel class.
     Profile(profile::ProfileArgs),
+    /// Measure perplexity over a text file as llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 #[derive(Args)]
@@ -76,6 +79,48 @@ struct RunArgs {
     /// Use the prompt as is, without the chat template.
     #[arg(long = "raw")]
     raw: bool,
+    /// Divide positive logits of recent tokens by this, multiply negative ones (1.0 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// How many recent tokens the penalties look at (0 = off, -1 = all).
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    repeat_last_n: i32,
+    /// Subtract this from a recent token's logit per occurrence (0.0 = off).
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    frequency_penalty: f32,
+    /// Subtract this from the logit of any recent token (0.0 = off).
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    presence_penalty: f32,
+    /// Add BIAS to a token's logit, as TOKEN_ID+BIAS or TOKEN_ID-BIAS
+    /// (e.g. 15043+1, 15043-inf to ban the token); repeatable.
+    #[arg(short = 'l', long = "logit-bias", value_name = "TOKEN_ID(+/-)BIAS")]
+    logit_bias: Vec<String>,
+    /// Do not stop at end-of-generation tokens (they are never sampled).
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
+    /// Stop when the output contains this text (not printed); repeatable.
+    #[arg(short = 'r', long = "reverse-prompt", value_name = "TEXT")]
+    reverse_prompt: Vec<String>,
+    /// Print, per generated token, its probability and the N most likely
+    /// tokens' probabilities to stderr (0 = off).
+    #[arg(long = "n-probs", default_value_t = 0, allow_negative_numbers = true)]
+    n_probs: usize,
+    /// Run each decode step's forward pass on the calling thread after its
+    /// host work instead of overlapping them (same output; for comparison).
+    #[arg(long = "no-pipeline")]
+    no_pipeline: bool,
     #[command(flatten)]
     weights: WeightArgs,
 }
@@ -149,6 +194,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => inspect(a),
         Command::Bench(a) => bench::bench(a),
         Command::Profile(a) => profile::profile(a),
+        Command::Perplexity(a) => perplexity::perplexity(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -185,7 +231,38 @@ fn run(a: RunArgs) -> Result<()> {
     if !a.temp.is_finite() {
         bail!("--temp must be a finite number");
     }
+    if !(a.repeat_penalty.is_finite() && a.repeat_penalty > 0.0) {
+        bail!(
+            "--repeat-penalty must be a finite number greater than 0, got {}",
+            a.repeat_penalty
+        );
+    }
+    if a.repeat_last_n < -1 {
+        bail!(
+            "--repeat-last-n must be -1 (all tokens), 0 (off) or positive, got {}",
+            a.repeat_last_n
+        );
+    }
+    if !a.frequency_penalty.is_finite() {
+        bail!("--frequency-penalty must be a finite number");
+    }
+    if !a.presence_penalty.is_finite() {
+        bail!("--presence-penalty must be a finite number");
+    }
+    let logit_bias = a
+        .logit_bias
+        .iter()
+        .map(|s| parse_logit_bias(s))
+        .collect::<Result<Vec<_>>>()?;
     let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
+    let n_vocab = engine.tokenizer.vocab_size();
+    if let Some(((id, _), text)) = logit_bias
+        .iter()
+        .zip(&a.logit_bias)
+        .find(|((id, _), _)| *id as usize >= n_vocab)
+    {
+        bail!("--logit-bias {text}: token id {id} is outside the vocabulary of {n_vocab} tokens");
+    }
     let hp = &engine.model.spec.hparams;
     let n_ctx = a.ctx_size.unwrap_or(4096.min(hp.n_ctx_train.max(1)));
     if n_ctx == 0 || n_ctx > 1 << 20 {
@@ -220,15 +297,31 @@ fn run(a: RunArgs) -> Result<()> {
             top_p: a.top_p,
             min_p: a.min_p,
             seed,
-            ..SamplerParams::greedy()
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: a.repeat_last_n,
+            frequency_penalty: a.frequency_penalty,
+            presence_penalty: a.presence_penalty,
+            logit_bias,
         },
+        ignore_eos: a.ignore_eos,
+        stop: a.reverse_prompt.clone(),
+        n_probs: a.n_probs,
+        pipelined: !a.no_pipeline,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let (_, stats) = engine.generate(&tokens, &params, |piece| {
-        out.write_all(piece.as_bytes()).is_ok() && out.flush().is_ok()
+    let mut index = 0usize;
+    let result = engine.generate(&tokens, &params, |ev| {
+        if let Some(lp) = ev.logprobs {
+            index += 1;
+            // stdout stays the generated text only; probabilities go to stderr.
+            let _ = out.flush();
+            eprintln!("{}", format_probs(&engine, index, lp));
+        }
+        ev.text.is_empty() || (out.write_all(ev.text.as_bytes()).is_ok() && out.flush().is_ok())
     })?;
     drop(out);
+    let stats = &result.stats;
     eprintln!(
         "\nprompt: {} tokens, {:.1} t/s | generated: {} tokens, {:.1} t/s | stop: {:?}",
         stats.prompt_tokens,
@@ -238,6 +331,54 @@ fn run(a: RunArgs) -> Result<()> {
         stats.stop
     );
     Ok(())
+}
+
+/// Parses llama.cpp's `--logit-bias` value: `TOKEN_ID`, then `+` or `-`,
+/// then the bias (a number, or `inf`).
+fn parse_logit_bias(s: &str) -> Result<(u32, f32)> {
+    let bad = || {
+        anyhow::anyhow!(
+            "--logit-bias {s:?}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf)"
+        )
+    };
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .filter(|&i| i > 0)
+        .ok_or_else(bad)?;
+    let id: u32 = s[..split]
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--logit-bias {s}: token id {} is too large", &s[..split]))?;
+    let sign = match s.as_bytes()[split] {
+        b'+' => 1.0f32,
+        b'-' => -1.0f32,
+        _ => return Err(bad()),
+    };
+    let magnitude: f32 = s[split + 1..].trim().parse().map_err(|_| bad())?;
+    if magnitude.is_nan() {
+        return Err(bad());
+    }
+    Ok((id, sign * magnitude))
+}
+
+/// One stderr line for `--n-probs`: the chosen token's probability, then the
+/// most likely tokens' (probabilities of the model's raw distribution).
+fn format_probs(engine: &Engine, index: usize, lp: &TokenLogprobs) -> String {
+    let piece = |id: u32| {
+        let bytes = engine.tokenizer.token_to_piece(id, true);
+        format!("{:?}", String::from_utf8_lossy(&bytes))
+    };
+    let top: Vec<String> = lp
+        .top
+        .iter()
+        .map(|&(id, l)| format!("{} {:.4}", piece(id), f64::from(l).exp()))
+        .collect();
+    format!(
+        "[{index}] {} ({}) p={:.4} | {}",
+        piece(lp.token),
+        lp.token,
+        f64::from(lp.logprob).exp(),
+        top.join(", ")
+    )
 }
 
 fn tokenize(a: TokenizeArgs) -> Result<()> {
