@@ -4,8 +4,8 @@
 
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
-    dot2_kernel, dot4_kernel, dot_kernel, dot_path, quantize_activations, row_bytes, vec_dot_type,
-    Chunk32, Dot4, VecDotFn,
+    dot2_kernel, dot4_kernel, dot_kernel, dot_path, dot_rows4_kernel, quantize_activations,
+    row_bytes, vec_dot_type, Chunk32, Dot4, VecDotFn,
 };
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -172,19 +172,33 @@ fn rows_into(
     }
     let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
     if n_tok == 1 {
-        if let Some(two) = dot2_kernel(dot_path(w.ty, w.rows, 0, 1), w.ty) {
-            // Decode: the band is read as four unbroken streams, one per
-            // quarter, two rows per call: more streams in flight kept the
-            // prefetchers ahead of the loads (a row-at-a-time scan, one
-            // stream, ran 25-40% slower from DRAM).
-            let q = (r1 - r0) / 4;
+        // Decode: the band is read as four unbroken streams, one per
+        // quarter: more streams in flight kept the prefetchers ahead of the
+        // loads (a row-at-a-time scan, one stream, ran 25-40% slower from
+        // DRAM; two adjacent rows read together were slower still, their
+        // streams breaking at every row).
+        let path = dot_path(w.ty, w.rows, 0, 1);
+        let q = (r1 - r0) / 4;
+        let at = |k: usize| r0 + k;
+        let four = dot_rows4_kernel(path, w.ty);
+        let two = dot2_kernel(path, w.ty);
+        let quad = |rows: [&[u8]; 4]| -> Option<[f32; 4]> {
+            if let Some(f) = four {
+                return Some(f(rows, &acts[0]));
+            }
+            let f = two?;
+            let [a, b] = f(rows[0], rows[1], &acts[0]);
+            let [c, d] = f(rows[2], rows[3], &acts[0]);
+            Some([a, b, c, d])
+        };
+        if four.is_some() || two.is_some() {
             for k in 0..q {
-                let [a, b] = two(row(r0 + k), row(r0 + q + k), &acts[0]);
-                let [c, d] = two(row(r0 + 2 * q + k), row(r0 + 3 * q + k), &acts[0]);
-                out[k] = a;
-                out[q + k] = b;
-                out[2 * q + k] = c;
-                out[3 * q + k] = d;
+                let rows = [at(k), at(q + k), at(2 * q + k), at(3 * q + k)];
+                if let Some(v) = quad(rows.map(row)) {
+                    for (r, v) in rows.into_iter().zip(v) {
+                        out[r - r0] = v;
+                    }
+                }
             }
             for r in r0 + 4 * q..r1 {
                 out[r - r0] = (runs[0].2)(w.cols, row(r), &acts[0]);

@@ -341,6 +341,22 @@ pub fn dot2_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot2Fn> {
     None
 }
 
+/// Four weight rows against one activation row, as [`VecDot2Fn`] (each
+/// result has the bits of its row's plain dot; take the rows from four
+/// streams, e.g. the four quarters of a band).
+pub type VecDotRows4Fn = fn(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4];
+
+/// The four-row decode kernel for `path` and `ty`, where there is one (on
+/// AVX2: the legacy formats' plain dot).
+pub fn dot_rows4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotRows4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return x86::rows4_dot(path, ty);
+    }
+    let _ = (path, ty);
+    None
+}
+
 /// Bytes of one row of `n` elements of `ty` (a whole number of blocks),
 /// for checking a product's slices once.
 pub fn row_bytes(ty: GgmlType, n: usize) -> usize {
@@ -472,6 +488,11 @@ mod tests {
                             assert_eq!(one.to_bits(), got.to_bits(), "{ty} two rows n={n}");
                         }
                         checked2 += 1;
+                        if let Some(f4) = x86::rows4_dot(path, ty) {
+                            let four = f4([&w, &w2, &w2, &w], &a).map(f32::to_bits);
+                            let [x, y] = two.map(f32::to_bits);
+                            assert_eq!(four, [x, y, y, x], "{ty} four rows n={n}");
+                        }
                     }
                 }
             }

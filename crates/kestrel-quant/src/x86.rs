@@ -11,7 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use crate::{Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDotFn};
+use crate::{
+    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDotFn,
+    VecDotRows4Fn,
+};
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
 pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
@@ -98,15 +101,48 @@ macro_rules! entry2 {
             unsafe { $body(w0, w1, a) }
         }
     };
+    ($name:ident => legacy $f:ty) => {
+        fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+            // SAFETY: as `entry!`.
+            unsafe { legacy_rows::<$f, 2>([w0, w1], a) }
+        }
+    };
 }
 
-entry2!(dot2_q4_0 => q4_0_rows2);
-entry2!(dot2_q4_1 => q4_1_rows2);
-entry2!(dot2_q5_0 => q5_0_rows2);
-entry2!(dot2_q5_1 => q5_1_rows2);
-entry2!(dot2_q8_0 => q8_0_rows2);
+entry2!(dot2_q4_0 => legacy Q40);
+entry2!(dot2_q4_1 => legacy Q41);
+entry2!(dot2_q5_0 => legacy Q50);
+entry2!(dot2_q5_1 => legacy Q51);
+entry2!(dot2_q8_0 => legacy Q80);
 entry2!(dot2_q4_k_gemv => q4_k_gemv_rows2);
 entry2!(dot2_q6_k => q6_k_vec_dot_rows2);
+
+/// The four-row decode kernel for `path` and `ty`, if there is one.
+pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
+    Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_0) => rows4_q4_0,
+        (DotPath::VecDot, T::Q4_1) => rows4_q4_1,
+        (DotPath::VecDot, T::Q5_0) => rows4_q5_0,
+        (DotPath::VecDot, T::Q5_1) => rows4_q5_1,
+        (DotPath::VecDot, T::Q8_0) => rows4_q8_0,
+        _ => return None,
+    })
+}
+
+macro_rules! entry_rows4 {
+    ($name:ident => $f:ty) => {
+        fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            // SAFETY: as `entry!`.
+            unsafe { legacy_rows::<$f, 4>(rows, a) }
+        }
+    };
+}
+
+entry_rows4!(rows4_q4_0 => Q40);
+entry_rows4!(rows4_q4_1 => Q41);
+entry_rows4!(rows4_q5_0 => Q50);
+entry_rows4!(rows4_q5_1 => Q51);
+entry_rows4!(rows4_q8_0 => Q80);
 
 /// Declares a safe entry point for an AVX2 kernel body.
 macro_rules! entry {
@@ -383,73 +419,120 @@ unsafe fn q8_0(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum_ps(acc) }
 }
 
-/// A legacy-format dot of two weight rows against one activation row
-/// (decode): each row's f32 steps are its one-row
-/// kernel's, while the activation block and its scale are loaded once.
-/// `$q8_1` marks Q8_1 activations (scale and sum at 0, quants at 4), whose
-/// weights carry an offset m added as m * s.
-macro_rules! legacy_rows2 {
-    ($name:ident, $wb:expr, $signed:expr, $q8_1:expr, |$bw:ident| $unpack:expr) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
-            let ab = if $q8_1 { 36 } else { 34 };
-            let blocks = w0.len() / $wb;
-            assert!(w1.len() >= blocks * $wb, "second weight row");
-            assert!(a.len() >= blocks * ab, "activation row");
-            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            let (mut summs0, mut summs1) = (0f32, 0f32);
-            let ones = _mm256_set1_epi16(1);
-            // One row's step; written out twice so both accumulators stay
-            // in registers.
-            macro_rules! step {
-                ($row:expr, $i:expr, $act:expr, $da:expr, $sa:expr, $acc:ident, $summs:ident) => {{
-                    let $bw = &$row[$i * $wb..($i + 1) * $wb];
-                    let q = unsafe { $unpack };
-                    let l = if $signed {
-                        _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8($act, q)),
-                            ones,
-                        )
-                    } else {
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(q, $act), ones)
-                    };
-                    let d = if $q8_1 {
-                        let (dw, m) = f16x2_at($bw, 0);
-                        $summs = m.mul_add($sa, $summs);
-                        dw * $da
-                    } else {
-                        f16_at($bw, 0) * $da
-                    };
-                    $acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), $acc);
-                }};
-            }
-            for i in 0..blocks {
-                let ba = &a[i * ab..(i + 1) * ab];
-                let act = unsafe { load32(ba, ab - 32) };
-                let (da, sa) = if $q8_1 {
-                    f16x2_at(ba, 0)
-                } else {
-                    (f16_at(ba, 0), 0.0)
-                };
-                step!(w0, i, act, da, sa, acc0, summs0);
-                step!(w1, i, act, da, sa, acc1, summs1);
-            }
-            unsafe { [hsum_ps(acc0) + summs0, hsum_ps(acc1) + summs1] }
-        }
-    };
+/// A legacy block format as the several-row decode kernels see it.
+trait Legacy {
+    /// Bytes per weight block.
+    const WB: usize;
+    /// Quants are signed (Q8_0 activations; else unsigned with Q8_1's m*s).
+    const SIGNED: bool;
+    /// The 32 quants of block `bw` as bytes.
+    unsafe fn unpack(bw: &[u8]) -> __m256i;
 }
 
-legacy_rows2!(q4_0_rows2, 18, true, false, |bw| _mm256_sub_epi8(
-    nibbles32(bw, 2),
-    _mm256_set1_epi8(8)
-));
-legacy_rows2!(q4_1_rows2, 20, false, true, |bw| nibbles32(bw, 4));
-legacy_rows2!(q5_0_rows2, 22, true, false, |bw| q5_0_quants(bw));
-legacy_rows2!(q5_1_rows2, 24, false, true, |bw| _mm256_or_si256(
-    nibbles32(bw, 8),
-    fifth_bits(qh_at(bw, 4))
-));
-legacy_rows2!(q8_0_rows2, 34, true, false, |bw| load32(bw, 2));
+struct Q40;
+struct Q41;
+struct Q50;
+struct Q51;
+struct Q80;
+
+impl Legacy for Q40 {
+    const WB: usize = 18;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        // SAFETY: AVX2 is enabled in every caller (the kernels below).
+        unsafe { _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8)) }
+    }
+}
+
+impl Legacy for Q41 {
+    const WB: usize = 20;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        unsafe { nibbles32(bw, 4) }
+    }
+}
+
+impl Legacy for Q50 {
+    const WB: usize = 22;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        unsafe { q5_0_quants(bw) }
+    }
+}
+
+impl Legacy for Q51 {
+    const WB: usize = 24;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        unsafe { _mm256_or_si256(nibbles32(bw, 8), fifth_bits(qh_at(bw, 4))) }
+    }
+}
+
+impl Legacy for Q80 {
+    const WB: usize = 34;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        unsafe { load32(bw, 2) }
+    }
+}
+
+/// A legacy-format dot of `N` weight rows against one activation row
+/// (decode): each row's f32 steps are its one-row kernel's, while the
+/// activation block and its scale are loaded once for all rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn legacy_rows<F: Legacy, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
+    // Q8_1 activations (scale, sum, quants) pair with the unsigned formats.
+    let ab = if F::SIGNED { 34 } else { 36 };
+    let blocks = rows[0].len() / F::WB;
+    assert!(
+        rows.iter().all(|r| r.len() >= blocks * F::WB),
+        "weight rows"
+    );
+    assert!(a.len() >= blocks * ab, "activation row");
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut summs = [0f32; N];
+    let ones = _mm256_set1_epi16(1);
+    for i in 0..blocks {
+        let ba = &a[i * ab..(i + 1) * ab];
+        let act = unsafe { load32(ba, ab - 32) };
+        let (da, sa) = if F::SIGNED {
+            (f16_at(ba, 0), 0.0)
+        } else {
+            f16x2_at(ba, 0)
+        };
+        for r in 0..N {
+            let bw = &rows[r][i * F::WB..(i + 1) * F::WB];
+            let q = unsafe { F::unpack(bw) };
+            let l = if F::SIGNED {
+                _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(act, q)),
+                    ones,
+                )
+            } else {
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q, act), ones)
+            };
+            let d = if F::SIGNED {
+                f16_at(bw, 0) * da
+            } else {
+                let (dw, m) = f16x2_at(bw, 0);
+                summs[r] = m.mul_add(sa, summs[r]);
+                dw * da
+            };
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc[r]);
+        }
+    }
+    let mut out = [0f32; N];
+    for r in 0..N {
+        out[r] = unsafe { hsum_ps(acc[r]) } + summs[r];
+    }
+    out
+}
 
 // ---------------------------------------------------------------------------
 // K-quants against Q8_K (see kquants/ for layouts and orders).
