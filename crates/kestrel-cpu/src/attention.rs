@@ -196,10 +196,7 @@ unsafe fn f16_dot32(a: &[u16], b: &[u16]) -> f32 {
             *accj = _mm256_fmadd_ps(ph8(a, i + 8 * j), ph8(b, i + 8 * j), *accj);
         }
     }
-    let x = _mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[2]),
-        _mm256_add_ps(acc[1], acc[3]),
-    );
+    let x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
     let t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
     let u = _mm_add_ps(t, _mm_movehdup_ps(t));
     _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)))

@@ -233,13 +233,30 @@ fn rows_into(
         }
         for rt0 in (r0..r1).step_by(ROW_TILE) {
             let rt1 = (rt0 + ROW_TILE).min(r1);
-            for (&(t, four), pre) in groups.iter().zip(&prepared) {
+            let mut g = 0;
+            while g < groups.len() {
+                let (t, four) = groups[g];
+                // Two consecutive groups of one run share each unpacked
+                // weight block where the kernel takes eight rows.
+                if let (Some(dot8), Some(&(t2, _))) = (four.dot8, groups.get(g + 1)) {
+                    if t2 == t + 4 {
+                        let (p0, p1) = (&prepared[g], &prepared[g + 1]);
+                        for r in rt0..rt1 {
+                            for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
+                                out[(t + k) * stride + (r - r0)] = v;
+                            }
+                        }
+                        g += 2;
+                        continue;
+                    }
+                }
                 let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
                 for r in rt0..rt1 {
-                    for (k, v) in (four.dot)(row(r), a, pre).into_iter().enumerate() {
+                    for (k, v) in (four.dot)(row(r), a, &prepared[g]).into_iter().enumerate() {
                         out[(t + k) * stride + (r - r0)] = v;
                     }
                 }
+                g += 1;
             }
             // Tokens not in a four-row group, one at a time.
             for &(t0, t1, one, four) in &runs {

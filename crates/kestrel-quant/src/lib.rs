@@ -295,11 +295,18 @@ pub type Prepare4Fn = fn(a: [&[u8]; 4], out: &mut Vec<Chunk32>);
 #[repr(C, align(32))]
 pub struct Chunk32(pub [u8; 32]);
 
-/// A four-row kernel and the preparation of its activation rows.
+/// One weight row against two prepared groups of four activation rows
+/// (eight rows: the first group's four results, then the second's).
+pub type VecDot8Fn = fn(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8];
+
+/// A four-row kernel and the preparation of its activation rows; `dot8`,
+/// where present, takes two prepared groups at once (each weight block
+/// unpacked once for eight rows), with the same results as `dot` twice.
 #[derive(Clone, Copy)]
 pub struct Dot4 {
     pub dot: VecDot4Fn,
     pub prepare: Prepare4Fn,
+    pub dot8: Option<VecDot8Fn>,
 }
 
 impl Dot4 {
@@ -347,7 +354,7 @@ pub fn dot2_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot2Fn> {
 pub type VecDotRows4Fn = fn(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4];
 
 /// The four-row decode kernel for `path` and `ty`, where there is one (on
-/// AVX2: the legacy formats' plain dot).
+/// AVX2: the legacy formats' plain dot, Q4_K's gemv and Q6_K's vec_dot).
 pub fn dot_rows4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotRows4Fn> {
     #[cfg(target_arch = "x86_64")]
     if simd::avx2_available() {
@@ -467,6 +474,20 @@ mod tests {
                             })
                             .collect();
                         let four = f4.once(&w, [&a, &rows[0], &rows[1], &rows[2]]);
+                        if let Some(f8) = f4.dot8 {
+                            // Eight rows: the same four twice, the second
+                            // group reversed.
+                            let (mut p0, mut p1) = (Vec::new(), Vec::new());
+                            (f4.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut p0);
+                            (f4.prepare)([&rows[2], &rows[1], &rows[0], &a], &mut p1);
+                            let eight = f8(&w, &p0, &p1).map(f32::to_bits);
+                            let f = four.map(f32::to_bits);
+                            assert_eq!(
+                                eight,
+                                [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]],
+                                "{ty} x8 n={n}"
+                            );
+                        }
                         for (r, got) in [&a, &rows[0], &rows[1], &rows[2]].iter().zip(four) {
                             let one =
                                 path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, r);

@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use crate::{
-    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDotFn,
+    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDot8Fn, VecDotFn,
     VecDotRows4Fn,
 };
 
@@ -53,15 +53,15 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
 
 /// The four-row kernel for `path` and `ty`, if there is one.
 pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
-    let (dot, prepare): (VecDot4Fn, Prepare4Fn) = match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1),
-        (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0),
-        (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0),
-        (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none),
-        (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none),
+    let (dot, prepare, dot8): (VecDot4Fn, Prepare4Fn, Option<VecDot8Fn>) = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1)),
+        (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0)),
+        (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0)),
+        (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None),
+        (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None),
         _ => return None,
     };
-    Some(Dot4 { dot, prepare })
+    Some(Dot4 { dot, prepare, dot8 })
 }
 
 /// Declares a safe entry point for a four-row AVX2 kernel body.
@@ -107,6 +107,12 @@ macro_rules! entry2 {
             unsafe { legacy_rows::<$f, 2>([w0, w1], a) }
         }
     };
+    ($name:ident => rows $body:ident) => {
+        fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+            // SAFETY: as `entry!`.
+            unsafe { $body::<2>([w0, w1], a) }
+        }
+    };
 }
 
 entry2!(dot2_q4_0 => legacy Q40);
@@ -114,8 +120,8 @@ entry2!(dot2_q4_1 => legacy Q41);
 entry2!(dot2_q5_0 => legacy Q50);
 entry2!(dot2_q5_1 => legacy Q51);
 entry2!(dot2_q8_0 => legacy Q80);
-entry2!(dot2_q4_k_gemv => q4_k_gemv_rows2);
-entry2!(dot2_q6_k => q6_k_vec_dot_rows2);
+entry2!(dot2_q4_k_gemv => rows q4_k_gemv_rows);
+entry2!(dot2_q6_k => rows q6_k_vec_dot_rows);
 
 /// The four-row decode kernel for `path` and `ty`, if there is one.
 pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
@@ -125,6 +131,8 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
         (DotPath::VecDot, T::Q5_0) => rows4_q5_0,
         (DotPath::VecDot, T::Q5_1) => rows4_q5_1,
         (DotPath::VecDot, T::Q8_0) => rows4_q8_0,
+        (DotPath::RepackGemv, T::Q4_K) => rows4_q4_k_gemv,
+        (DotPath::VecDot, T::Q6_K) => rows4_q6_k,
         _ => return None,
     })
 }
@@ -136,7 +144,16 @@ macro_rules! entry_rows4 {
             unsafe { legacy_rows::<$f, 4>(rows, a) }
         }
     };
+    ($name:ident => rows $body:ident) => {
+        fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            // SAFETY: as `entry!`.
+            unsafe { $body::<4>(rows, a) }
+        }
+    };
 }
+
+entry_rows4!(rows4_q4_k_gemv => rows q4_k_gemv_rows);
+entry_rows4!(rows4_q6_k => rows q6_k_vec_dot_rows);
 
 entry_rows4!(rows4_q4_0 => Q40);
 entry_rows4!(rows4_q4_1 => Q41);
@@ -705,21 +722,19 @@ unsafe fn q4_k_gemv_step(bw: &[u8], ba: &[u8], acc: &mut (f32, f32)) {
     acc.1 = (hsum_epi32(min_lanes) as f32).mul_add(dmin * da, acc.1);
 }
 
-/// `q4_k_gemv` of two rows at once (see [`crate::VecDot2Fn`]).
+/// `q4_k_gemv` of `N` rows at once (see [`crate::VecDotRows4Fn`]).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_gemv_rows2(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
-    let (mut r0, mut r1) = ((0f32, 0f32), (0f32, 0f32));
-    for ((b0, b1), ba) in w0
-        .chunks_exact(Q4K)
-        .zip(w1.chunks_exact(Q4K))
-        .zip(a.chunks_exact(Q8K))
-    {
-        unsafe {
-            q4_k_gemv_step(b0, ba, &mut r0);
-            q4_k_gemv_step(b1, ba, &mut r1);
+unsafe fn q4_k_gemv_rows<const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
+    let blocks = a.len() / Q8K;
+    assert!(rows.iter().all(|r| r.len() >= blocks * Q4K), "weight rows");
+    let mut acc = [(0f32, 0f32); N];
+    for (i, ba) in a.chunks_exact(Q8K).enumerate() {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            unsafe { q4_k_gemv_step(&rows[r][i * Q4K..(i + 1) * Q4K], ba, acc) };
         }
     }
-    [r0.0 - r0.1, r1.0 - r1.1]
+    acc.map(|(sum, min)| sum - min)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -842,21 +857,23 @@ unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum_ps(acc) }
 }
 
-/// `q6_k_vec_dot` of two rows at once (see [`crate::VecDot2Fn`]).
+/// `q6_k_vec_dot` of `N` rows at once (see [`crate::VecDotRows4Fn`]).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_vec_dot_rows2(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for ((b0, b1), ba) in w0
-        .chunks_exact(Q6K)
-        .zip(w1.chunks_exact(Q6K))
-        .zip(a.chunks_exact(Q8K))
-    {
-        unsafe {
-            q6_k_vec_dot_step(b0, ba, &mut acc0);
-            q6_k_vec_dot_step(b1, ba, &mut acc1);
+unsafe fn q6_k_vec_dot_rows<const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
+    let blocks = a.len() / Q8K;
+    assert!(rows.iter().all(|r| r.len() >= blocks * Q6K), "weight rows");
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, ba) in a.chunks_exact(Q8K).enumerate() {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            unsafe { q6_k_vec_dot_step(&rows[r][i * Q6K..(i + 1) * Q6K], ba, acc) };
         }
     }
-    unsafe { [hsum_ps(acc0), hsum_ps(acc1)] }
+    let mut out = [0f32; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = unsafe { hsum_ps(a) };
+    }
+    out
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -922,66 +939,93 @@ pub(crate) fn prepare_none(_a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     out.clear();
 }
 
-/// A legacy-format four-row dot: `$unpack` turns block `$bw` into 32 weight
-/// bytes (signed if `$signed`), `$summs` adds the Q8_1 offset terms. It reads
-/// the activations from `pre`, which `prepare_legacy` made from them.
+/// A legacy-format dot of one weight row against `G` groups of four
+/// activation rows, each group prepared by `prepare_legacy`: the weight
+/// block is unpacked once for all `4 * G` rows, and each row's f32 steps are
+/// its one-row kernel's.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn legacy_groups<F: Legacy, const G: usize>(
+    w: &[u8],
+    pre: [&[Chunk32]; G],
+) -> [[f32; 4]; G] {
+    let blocks = w.len() / F::WB;
+    // One check here stands for the raw reads in the loop.
+    assert!(
+        pre.iter().all(|p| p.len() >= blocks * 5),
+        "prepared activations"
+    );
+    let mut acc = [[_mm256_setzero_ps(); 4]; G];
+    let mut summs = [_mm_setzero_ps(); G];
+    let ones = _mm256_set1_epi16(1);
+    for (i, bw) in w.chunks_exact(F::WB).enumerate() {
+        let q = unsafe { F::unpack(bw) };
+        // |w| once per block; each row then needs only a's sign fix.
+        let q_abs = if F::SIGNED { _mm256_sign_epi8(q, q) } else { q };
+        let (dw, mw) = f16x2_at(bw, 0);
+        let dw8 = _mm256_set1_ps(dw);
+        for g in 0..G {
+            // SAFETY: i < blocks, and each group holds 5 chunks per block.
+            let p = unsafe { pre[g].as_ptr().add(5 * i) };
+            let head = p as *const f32;
+            if !F::SIGNED {
+                // The four rows' m*s terms in one fused op per lane, as the
+                // one-row kernel's scalar mul_add.
+                summs[g] = _mm_fmadd_ps(
+                    _mm_set1_ps(mw),
+                    unsafe { _mm_load_ps(head.add(4)) },
+                    summs[g],
+                );
+            }
+            for (t, acc) in acc[g].iter_mut().enumerate() {
+                // SAFETY: chunk 1 + t of this block (checked above); chunks are 32-aligned.
+                let act = unsafe { _mm256_load_si256(p.add(1 + t) as *const __m256i) };
+                let pairs = if F::SIGNED {
+                    _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(act, q))
+                } else {
+                    _mm256_maddubs_epi16(q_abs, act)
+                };
+                let l = _mm256_madd_epi16(pairs, ones);
+                // dw * da, rounded to f32 as the one-row kernel does.
+                let d = _mm256_mul_ps(dw8, unsafe { _mm256_broadcast_ss(&*head.add(t)) });
+                *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), *acc);
+            }
+        }
+    }
+    let mut out = [[0f32; 4]; G];
+    for g in 0..G {
+        let mut sm = [0f32; 4];
+        // SAFETY: sm holds 4 floats.
+        unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[g]) };
+        for t in 0..4 {
+            out[g][t] = unsafe { hsum_ps(acc[g][t]) };
+            if !F::SIGNED {
+                out[g][t] += sm[t];
+            }
+        }
+    }
+    out
+}
+
 macro_rules! legacy_x4 {
-    ($name:ident, $wb:expr, $signed:expr, $summs:expr, |$bw:ident| $unpack:expr) => {
+    ($x4:ident, $x8:ident, $f:ty) => {
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
-            let blocks = w.len() / $wb;
-            // One check here stands for the raw reads in the loop.
-            assert!(pre.len() >= blocks * 5, "prepared activations");
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let mut summs = _mm_setzero_ps();
-            let ones = _mm256_set1_epi16(1);
-            for (i, $bw) in w.chunks_exact($wb).enumerate() {
-                let q = unsafe { $unpack };
-                // |w| once per block; each row then needs only a's sign fix.
-                let q_abs = if $signed { _mm256_sign_epi8(q, q) } else { q };
-                let (dw, mw) = f16x2_at($bw, 0);
-                let dw8 = _mm256_set1_ps(dw);
-                // SAFETY: i < blocks, and pre holds 5 chunks per block.
-                let p = unsafe { pre.as_ptr().add(5 * i) };
-                let head = p as *const f32;
-                if $summs {
-                    // The four rows' m*s terms in one fused op per lane, as
-                    // the one-row kernel's scalar mul_add.
-                    summs =
-                        _mm_fmadd_ps(_mm_set1_ps(mw), unsafe { _mm_load_ps(head.add(4)) }, summs);
-                }
-                for t in 0..4 {
-                    // SAFETY: chunk 1 + t of this block (checked above); chunks are 32-aligned.
-                    let act = unsafe { _mm256_load_si256(p.add(1 + t) as *const __m256i) };
-                    let pairs = if $signed {
-                        _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(act, q))
-                    } else {
-                        _mm256_maddubs_epi16(q_abs, act)
-                    };
-                    let l = _mm256_madd_epi16(pairs, ones);
-                    // dw * da, rounded to f32 as the one-row kernel does.
-                    let d = _mm256_mul_ps(dw8, unsafe { _mm256_broadcast_ss(&*head.add(t)) });
-                    acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc[t]);
-                }
-            }
-            let mut sm = [0f32; 4];
-            // SAFETY: sm holds 4 floats.
-            unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs) };
-            let mut out = [0f32; 4];
-            for t in 0..4 {
-                out[t] = unsafe { hsum_ps(acc[t]) };
-                if $summs {
-                    out[t] += sm[t];
-                }
-            }
+        unsafe fn $x4(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
+            let [out] = unsafe { legacy_groups::<$f, 1>(w, [pre]) };
             out
+        }
+
+        fn $x8(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            // SAFETY: as `entry!`.
+            let [a, b] = unsafe { legacy_groups::<$f, 2>(w, [pre0, pre1]) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
         }
     };
 }
 
-legacy_x4!(q4_1_x4, 20, false, true, |bw| nibbles32(bw, 4));
-legacy_x4!(q5_0_x4, 22, true, false, |bw| q5_0_quants(bw));
-legacy_x4!(q8_0_x4, 34, true, false, |bw| load32(bw, 2));
+legacy_x4!(q4_1_x4, dot8_q4_1, Q41);
+legacy_x4!(q5_0_x4, dot8_q5_0, Q50);
+legacy_x4!(q8_0_x4, dot8_q8_0, Q80);
 
 /// [hsum(l[0]), hsum(l[1]), hsum(l[2]), hsum(l[3])]: four rows' integer
 /// lanes reduced together (exact), so the f32 steps after run lane-wise
