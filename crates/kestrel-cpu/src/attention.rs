@@ -342,7 +342,7 @@ fn tile(
     let mut kt = vec![0f32; dk * KV_TILE];
     let mut vt = vec![0f32; KV_TILE * dv];
     let mut krow = vec![0f32; dk];
-    let mut kq = [0f32; KV_TILE];
+    let mut kq2 = [[0f32; KV_TILE]; 2];
     let last = pos0 + t1 - 1;
     for ic in (0..=last).step_by(KV_TILE) {
         let n_k = KV_TILE.min(last + 1 - ic);
@@ -362,70 +362,72 @@ fn tile(
                 kt[d * KV_TILE + tk] = v;
             }
         }
-        for r in 0..rows {
-            let p = pos0 + t0 + r;
-            let lo = if s.window > 0 {
-                (p + 1).saturating_sub(s.window)
-            } else {
-                0
+        // Query rows two at a time: each K and V tile element loaded once
+        // serves both rows' FMA chains (the tiles do not fit L1). Every
+        // element still sees the same operations in the same order.
+        let mut r = 0;
+        while r < rows {
+            let n = if r + 1 < rows { 2 } else { 1 };
+            let qrow = |i: usize| {
+                let t = t0 + r + i;
+                &q[t * q_w + h * dk..t * q_w + (h + 1) * dk]
             };
-            let qh = &q[(t0 + r) * q_w + h * dk..(t0 + r) * q_w + (h + 1) * dk];
-            kq.iter_mut().for_each(|v| *v = 0.0);
-            for (d, &qd) in qh.iter().enumerate() {
-                let kd = &kt[d * KV_TILE..(d + 1) * KV_TILE];
-                for (a, &k) in kq.iter_mut().zip(kd) {
-                    *a = k.mul_add(qd, *a);
-                }
+            if n == 2 {
+                let [k0, k1] = &mut kq2;
+                qk_pair(&kt, qrow(0), qrow(1), k0, k1);
+            } else {
+                qk_one(&kt, qrow(0), &mut kq2[0]);
             }
-            for (tk, a) in kq.iter_mut().enumerate() {
-                let j = ic + tk;
-                *a = if tk < n_k && j >= lo && j <= p {
-                    *a * s.scale
+            let mut active = [false; 2];
+            for i in 0..n {
+                let row = r + i;
+                let p = pos0 + t0 + row;
+                let lo = if s.window > 0 {
+                    (p + 1).saturating_sub(s.window)
                 } else {
-                    f32::NEG_INFINITY
+                    0
                 };
+                let kq = &mut kq2[i];
+                for (tk, a) in kq.iter_mut().enumerate() {
+                    let j = ic + tk;
+                    *a = if tk < n_k && j >= lo && j <= p {
+                        *a * s.scale
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+                let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                if tile_max == f32::NEG_INFINITY {
+                    continue;
+                }
+                active[i] = true;
+                let acc = &mut out[row * dv..(row + 1) * dv];
+                let m_new = m[row].max(tile_max);
+                if m_new > m[row] {
+                    let ms = (m[row] - m_new).exp();
+                    acc.iter_mut().for_each(|a| *a *= ms);
+                    sum[row] *= ms;
+                }
+                m[row] = m_new;
+                let mut total = 0f64;
+                for chunk in kq.as_chunks_mut::<8>().0 {
+                    exp_minus8(chunk, m_new);
+                    total += f64::from(crate_hsum8(chunk));
+                }
+                sum[row] = (f64::from(sum[row]) + total) as f32;
             }
-            let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            if tile_max == f32::NEG_INFINITY {
-                continue;
-            }
-            let acc = &mut out[r * dv..(r + 1) * dv];
-            let m_new = m[r].max(tile_max);
-            if m_new > m[r] {
-                let ms = (m[r] - m_new).exp();
-                acc.iter_mut().for_each(|a| *a *= ms);
-                sum[r] *= ms;
-            }
-            m[r] = m_new;
-            let mut total = 0f64;
-            for chunk in kq.as_chunks_mut::<8>().0 {
-                exp_minus8(chunk, m_new);
-                total += f64::from(crate_hsum8(chunk));
-            }
-            sum[r] = (f64::from(sum[r]) + total) as f32;
-            // acc[d] += v[tk][d] * w[tk] over the tile's keys in order, 64
-            // dimensions at a time: eight independent FMA chains whose
-            // partial sums stay in registers across the keys.
-            let (wide, tail) = acc.as_chunks_mut::<64>();
-            for (c, a64) in wide.iter_mut().enumerate() {
-                let mut av = *a64;
-                for (tk, &w) in kq.iter().enumerate() {
-                    let v: &[f32; 64] = vt[tk * dv + 64 * c..tk * dv + 64 * c + 64]
-                        .try_into()
-                        .expect("64 values");
-                    for (a, &v) in av.iter_mut().zip(v) {
-                        *a = v.mul_add(w, *a);
+            if active == [true, true] {
+                let (a0, a1) = out[r * dv..(r + 2) * dv].split_at_mut(dv);
+                pv_pair(&vt, dv, &kq2[0], &kq2[1], a0, a1);
+            } else {
+                for i in 0..n {
+                    if active[i] {
+                        let row = r + i;
+                        pv_one(&vt, dv, &kq2[i], &mut out[row * dv..(row + 1) * dv]);
                     }
                 }
-                *a64 = av;
             }
-            let d0 = dv - tail.len();
-            for (tk, &w) in kq.iter().enumerate() {
-                let vrow = &vt[tk * dv + d0..(tk + 1) * dv];
-                for (a, &v) in tail.iter_mut().zip(vrow) {
-                    *a = v.mul_add(w, *a);
-                }
-            }
+            r += n;
         }
     }
     for (r, row) in out.chunks_exact_mut(dv).enumerate() {
@@ -433,6 +435,100 @@ fn tile(
         row.iter_mut().for_each(|a| *a *= inv);
     }
     out
+}
+
+/// Scores of one query row against a transposed K tile (`kt[d][tk]`):
+/// kq[tk] = sum over d of k * q, fused, in order of d.
+#[inline(always)]
+fn qk_one(kt: &[f32], qh: &[f32], kq: &mut [f32; KV_TILE]) {
+    *kq = [0f32; KV_TILE];
+    for (d, &qd) in qh.iter().enumerate() {
+        let kd = &kt[d * KV_TILE..(d + 1) * KV_TILE];
+        for (a, &k) in kq.iter_mut().zip(kd) {
+            *a = k.mul_add(qd, *a);
+        }
+    }
+}
+
+/// [`qk_one`] for two rows, keys in halves of 32 so both rows' sums stay
+/// in registers.
+#[inline(always)]
+fn qk_pair(kt: &[f32], q0: &[f32], q1: &[f32], kq0: &mut [f32; KV_TILE], kq1: &mut [f32; KV_TILE]) {
+    const HALF: usize = KV_TILE / 2;
+    for half in 0..2 {
+        let (mut a0, mut a1) = ([0f32; HALF], [0f32; HALF]);
+        for (d, (&x0, &x1)) in q0.iter().zip(q1).enumerate() {
+            let at = d * KV_TILE + HALF * half;
+            let kd: &[f32; HALF] = kt[at..at + HALF].try_into().expect("32 keys");
+            for ((a, b), &k) in a0.iter_mut().zip(a1.iter_mut()).zip(kd) {
+                *a = k.mul_add(x0, *a);
+                *b = k.mul_add(x1, *b);
+            }
+        }
+        kq0[HALF * half..HALF * (half + 1)].copy_from_slice(&a0);
+        kq1[HALF * half..HALF * (half + 1)].copy_from_slice(&a1);
+    }
+}
+
+/// acc[d] += v[tk][d] * w[tk] over the tile's keys in order (V tile
+/// `vt[tk][d]`), 64 dimensions at a time: eight independent FMA chains whose
+/// partial sums stay in registers across the keys.
+#[inline(always)]
+fn pv_one(vt: &[f32], dv: usize, w: &[f32; KV_TILE], acc: &mut [f32]) {
+    let (wide, tail) = acc.as_chunks_mut::<64>();
+    for (c, a64) in wide.iter_mut().enumerate() {
+        let mut av = *a64;
+        for (tk, &w) in w.iter().enumerate() {
+            let at = tk * dv + 64 * c;
+            let v: &[f32; 64] = vt[at..at + 64].try_into().expect("64 values");
+            for (a, &v) in av.iter_mut().zip(v) {
+                *a = v.mul_add(w, *a);
+            }
+        }
+        *a64 = av;
+    }
+    let d0 = dv - tail.len();
+    for (tk, &w) in w.iter().enumerate() {
+        let vrow = &vt[tk * dv + d0..(tk + 1) * dv];
+        for (a, &v) in tail.iter_mut().zip(vrow) {
+            *a = v.mul_add(w, *a);
+        }
+    }
+}
+
+/// [`pv_one`] for two rows, 32 dimensions at a time for both.
+#[inline(always)]
+fn pv_pair(
+    vt: &[f32],
+    dv: usize,
+    w0: &[f32; KV_TILE],
+    w1: &[f32; KV_TILE],
+    acc0: &mut [f32],
+    acc1: &mut [f32],
+) {
+    let (wide0, tail0) = acc0.as_chunks_mut::<32>();
+    let (wide1, tail1) = acc1.as_chunks_mut::<32>();
+    for (c, (x0, x1)) in wide0.iter_mut().zip(wide1.iter_mut()).enumerate() {
+        let (mut a0, mut a1) = (*x0, *x1);
+        for (tk, (&u0, &u1)) in w0.iter().zip(w1).enumerate() {
+            let at = tk * dv + 32 * c;
+            let v: &[f32; 32] = vt[at..at + 32].try_into().expect("32 values");
+            for ((a, b), &v) in a0.iter_mut().zip(a1.iter_mut()).zip(v) {
+                *a = v.mul_add(u0, *a);
+                *b = v.mul_add(u1, *b);
+            }
+        }
+        *x0 = a0;
+        *x1 = a1;
+    }
+    let d0 = dv - tail0.len();
+    for (tk, (&u0, &u1)) in w0.iter().zip(w1).enumerate() {
+        let vrow = &vt[tk * dv + d0..(tk + 1) * dv];
+        for ((a, b), &v) in tail0.iter_mut().zip(tail1.iter_mut()).zip(vrow) {
+            *a = v.mul_add(u0, *a);
+            *b = v.mul_add(u1, *b);
+        }
+    }
 }
 
 /// `hsum_float_8`'s order: ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)).
@@ -600,6 +696,60 @@ mod tests {
                         bits(&a),
                         bits(&b),
                         "dim {dim} window {window} pos0 {pos0} t {t} h {h}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The tiled path compiled with AVX2 against the portable build of the
+    /// same code (row pairs, a leftover row, masked rows, windows, a head
+    /// size with a tail past the 32- and 64-wide blocks), bit for bit.
+    #[test]
+    fn avx2_tiles_equal_portable_bit_for_bit() {
+        if !kestrel_quant::avx2_in_use() {
+            eprintln!("no AVX2 here: nothing to compare");
+            return;
+        }
+        let mut st = 5u32;
+        let mut rnd = || {
+            st ^= st << 13;
+            st ^= st >> 17;
+            st ^= st << 5;
+            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        for (dim, window, pos0, n_tok) in [
+            (64usize, 0usize, 0usize, 67usize),
+            (96, 20, 9, 64),
+            (40, 0, 70, 65),
+        ] {
+            let s = AttnShape {
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim_k: dim,
+                head_dim_v: dim,
+                scale: 0.5,
+                window,
+            };
+            let n_pos = pos0 + n_tok;
+            let kc: Vec<u16> = (0..n_pos * 2 * dim)
+                .map(|_| f32_to_f16(rnd() * 3.0))
+                .collect();
+            let vc: Vec<u16> = (0..n_pos * 2 * dim)
+                .map(|_| f32_to_f16(rnd() * 5.0))
+                .collect();
+            let q: Vec<f32> = (0..n_tok * 4 * dim).map(|_| rnd() * 2.0).collect();
+            for h in 0..4 {
+                for t0 in (0..n_tok).step_by(KV_TILE) {
+                    let t1 = (t0 + KV_TILE).min(n_tok);
+                    // SAFETY: AVX2, FMA and F16C were detected above.
+                    let a = unsafe { tile_avx2(&s, &q, &kc, &vc, pos0, h, t0, t1) };
+                    let b = tile(&s, &q, &kc, &vc, pos0, h, t0, t1);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&a),
+                        bits(&b),
+                        "dim {dim} window {window} h {h} t0 {t0}"
                     );
                 }
             }

@@ -963,7 +963,6 @@ unsafe fn legacy_groups<F: Legacy, const G: usize>(
         // |w| once per block; each row then needs only a's sign fix.
         let q_abs = if F::SIGNED { _mm256_sign_epi8(q, q) } else { q };
         let (dw, mw) = f16x2_at(bw, 0);
-        let dw8 = _mm256_set1_ps(dw);
         for g in 0..G {
             // SAFETY: i < blocks, and each group holds 5 chunks per block.
             let p = unsafe { pre[g].as_ptr().add(5 * i) };
@@ -977,6 +976,10 @@ unsafe fn legacy_groups<F: Legacy, const G: usize>(
                     summs[g],
                 );
             }
+            // dw * da for the four rows at once, rounded to f32 as the
+            // one-row kernel rounds each; lane t is spread to row t below.
+            let d4 =
+                _mm256_zextps128_ps256(_mm_mul_ps(_mm_set1_ps(dw), unsafe { _mm_load_ps(head) }));
             for (t, acc) in acc[g].iter_mut().enumerate() {
                 // SAFETY: chunk 1 + t of this block (checked above); chunks are 32-aligned.
                 let act = unsafe { _mm256_load_si256(p.add(1 + t) as *const __m256i) };
@@ -986,8 +989,7 @@ unsafe fn legacy_groups<F: Legacy, const G: usize>(
                     _mm256_maddubs_epi16(q_abs, act)
                 };
                 let l = _mm256_madd_epi16(pairs, ones);
-                // dw * da, rounded to f32 as the one-row kernel does.
-                let d = _mm256_mul_ps(dw8, unsafe { _mm256_broadcast_ss(&*head.add(t)) });
+                let d = _mm256_permutevar8x32_ps(d4, _mm256_set1_epi32(t as i32));
                 *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), *acc);
             }
         }
