@@ -581,10 +581,52 @@ fn q4k_scale_min(bw: &[u8]) -> (u64, u64) {
     )
 }
 
-/// Byte `k` of eight packed bytes.
-#[inline(always)]
-fn byte(v: u64, k: usize) -> i16 {
-    ((v >> (8 * k)) & 0xff) as i16
+/// Eight packed bytes as i16 in both 128-bit lanes, for [`splat_i16`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bytes_i16_both_lanes(v: u64) -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(v as i64)))
+}
+
+/// Byte-shuffle masks that copy i16 element k of each 128-bit lane to the
+/// whole lane (`SPLAT[k]`), or element 2m to the low lane and 2m + 1 to the
+/// high lane (`PAIR[m]`). Tables, so a mask is one load even where the
+/// index is not a compile-time constant.
+const fn shuffle_masks() -> ([[u8; 32]; 8], [[u8; 32]; 4]) {
+    let mut splat = [[0u8; 32]; 8];
+    let mut pair = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 8 {
+        let mut i = 0;
+        while i < 16 {
+            splat[k][2 * i] = (2 * k) as u8;
+            splat[k][2 * i + 1] = (2 * k + 1) as u8;
+            let e = if i < 8 { 2 * (k % 4) } else { 2 * (k % 4) + 1 };
+            pair[k % 4][2 * i] = (2 * e) as u8;
+            pair[k % 4][2 * i + 1] = (2 * e + 1) as u8;
+            i += 1;
+        }
+        k += 1;
+    }
+    (splat, pair)
+}
+
+static MASKS: ([[u8; 32]; 8], [[u8; 32]; 4]) = shuffle_masks();
+
+/// A mask of [`MASKS`] as a vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mask(m: &[u8; 32]) -> __m256i {
+    // SAFETY: m holds 32 bytes.
+    unsafe { _mm256_loadu_si256(m.as_ptr() as *const __m256i) }
+}
+
+/// Element `k` of eight i16 (as `bytes_i16_both_lanes` lays them out) in
+/// all 16 lanes: one byte shuffle instead of a scalar extract and broadcast.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn splat_i16(v: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(v, mask(&MASKS.0[k]))
 }
 
 /// Eight per-sub-block bytes as 16 i16 lanes, one per 16-element run.
@@ -626,6 +668,7 @@ fn pair_sums(l: __m256i) -> __m128i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], sc: u64) -> [__m256i; 4] {
+    let scales = bytes_i16_both_lanes(sc);
     let mut out = [_mm256_setzero_si256(); 4];
     for (p, o) in out.iter_mut().enumerate() {
         unsafe {
@@ -634,8 +677,8 @@ unsafe fn q4k_pair_lanes(bw: &[u8], ba: &[u8], sc: u64) -> [__m256i; 4] {
             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
             let a_lo = load32(ba, Q8K_QS + 64 * p);
             let a_hi = load32(ba, Q8K_QS + 64 * p + 32);
-            let s_lo = _mm256_set1_epi16(byte(sc, 2 * p));
-            let s_hi = _mm256_set1_epi16(byte(sc, 2 * p + 1));
+            let s_lo = splat_i16(scales, 2 * p);
+            let s_hi = splat_i16(scales, 2 * p + 1);
             *o = _mm256_add_epi32(lanes_scaled(lo, a_lo, s_lo), lanes_scaled(hi, a_hi, s_hi));
         }
     }
@@ -771,20 +814,25 @@ unsafe fn q4_k_tiled(w: &[u8], a: &[u8]) -> f32 {
 
 const Q6K: usize = 210;
 
-/// The scale of 16-element run `run` of a Q6_K block.
-#[inline(always)]
-fn q6k_scale(bw: &[u8], run: usize) -> i16 {
-    i16::from(bw[192 + run] as i8)
-}
-
-/// The run-pair scale vector for the 32 quants of runs `run`, `run + 1`.
+/// A Q6_K block's 16 run scales as i16, each half (runs 8n..8n+8) in both
+/// 128-bit lanes, so one byte shuffle gives any run pair's scale vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_pair_scale(bw: &[u8], run: usize) -> __m256i {
-    _mm256_set_m128i(
-        _mm_set1_epi16(q6k_scale(bw, run + 1)),
-        _mm_set1_epi16(q6k_scale(bw, run)),
-    )
+unsafe fn q6k_scale_halves(bw: &[u8]) -> [__m256i; 2] {
+    let s = unsafe { q6k_runs(bw) };
+    [
+        _mm256_broadcastsi128_si256(_mm256_castsi256_si128(s)),
+        _mm256_broadcastsi128_si256(_mm256_extracti128_si256::<1>(s)),
+    ]
+}
+
+/// The scale vector for the 32 quants of runs 8n + 2k and 8n + 2k + 1
+/// (i16 scale of the first run in the low lane, of the second in the
+/// high lane), from `q6k_scale_halves`' half n.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_pair_scale(half: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(half, mask(&MASKS.1[k]))
 }
 
 /// 32 * (the run scales times the bsums), per lane as [`bsum_lanes`]: what
@@ -801,6 +849,7 @@ unsafe fn q6k_offset(bw: &[u8], ba: &[u8]) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
     unsafe {
+        let halves = q6k_scale_halves(bw);
         let m4 = _mm256_set1_epi8(0x0f);
         let m3 = _mm256_set1_epi8(0x03);
         let mut sum = _mm256_setzero_si256();
@@ -827,7 +876,7 @@ unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
                 ),
             ];
             for (k, q) in quants.into_iter().enumerate() {
-                let sc = q6k_pair_scale(bw, 8 * n + 2 * k);
+                let sc = q6k_pair_scale(halves[n], k);
                 let act = load32(ba, Q8K_QS + 128 * n + 32 * k);
                 sum = _mm256_add_epi32(sum, lanes_scaled(q, act, sc));
             }
@@ -1094,12 +1143,13 @@ unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
             _mm256_extracti128_si256::<1>(even),
             _mm256_extracti128_si256::<1>(odd),
         ];
+        let scales = bytes_i16_both_lanes(sc);
         for (p, min_sum) in min_sums.into_iter().enumerate() {
             let raw = unsafe { load32(bw, 16 + 32 * p) };
             let lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
-            let s_lo = _mm256_set1_epi16(byte(sc, 2 * p));
-            let s_hi = _mm256_set1_epi16(byte(sc, 2 * p + 1));
+            let s_lo = splat_i16(scales, 2 * p);
+            let s_hi = splat_i16(scales, 2 * p + 1);
             let lanes = rows.map(|ba| unsafe {
                 _mm256_add_epi32(
                     lanes_scaled(lo, load32(ba, Q8K_QS + 64 * p), s_lo),
@@ -1134,6 +1184,7 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
             &a[2][i * Q8K..(i + 1) * Q8K],
             &a[3][i * Q8K..(i + 1) * Q8K],
         ];
+        let halves = unsafe { q6k_scale_halves(bw) };
         let mut lanes = [_mm256_setzero_si256(); 4];
         for (l, ba) in lanes.iter_mut().zip(rows) {
             *l = _mm256_sub_epi32(_mm256_setzero_si256(), unsafe { q6k_offset(bw, ba) });
@@ -1158,7 +1209,7 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
                 let high =
                     _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                let sc = q6k_pair_scale(bw, 8 * n + 2 * k);
+                let sc = q6k_pair_scale(halves[n], k);
                 let g = 4 * n + k;
                 for (l, ba) in lanes.iter_mut().zip(rows) {
                     let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
