@@ -853,7 +853,7 @@ unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
         let m4 = _mm256_set1_epi8(0x0f);
         let m3 = _mm256_set1_epi8(0x03);
         let mut sum = _mm256_setzero_si256();
-        for n in 0..2 {
+        for (n, half) in halves.into_iter().enumerate() {
             let ql0 = load32(bw, 64 * n);
             let ql1 = load32(bw, 64 * n + 32);
             let qh = load32(bw, 128 + 32 * n);
@@ -876,7 +876,7 @@ unsafe fn q6k_unsigned_lanes(bw: &[u8], ba: &[u8]) -> __m256i {
                 ),
             ];
             for (k, q) in quants.into_iter().enumerate() {
-                let sc = q6k_pair_scale(halves[n], k);
+                let sc = q6k_pair_scale(half, k);
                 let act = load32(ba, Q8K_QS + 128 * n + 32 * k);
                 sum = _mm256_add_epi32(sum, lanes_scaled(q, act, sc));
             }
@@ -1191,7 +1191,7 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
         }
         // Each quant vector (unsigned, 0..=63) is built once and used by
         // all four rows before the next: few live registers.
-        for n in 0..2 {
+        for (n, half) in halves.into_iter().enumerate() {
             let (ql0, ql1, qh) = unsafe {
                 (
                     load32(bw, 64 * n),
@@ -1209,7 +1209,7 @@ unsafe fn q6_k_tiled_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
                 let high =
                     _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                let sc = q6k_pair_scale(halves[n], k);
+                let sc = q6k_pair_scale(half, k);
                 let g = 4 * n + k;
                 for (l, ba) in lanes.iter_mut().zip(rows) {
                     let act = unsafe { load32(ba, Q8K_QS + 32 * g) };
