@@ -105,7 +105,7 @@ impl Reply {
     }
 }
 
-/// One request on a fresh connection (`Connection: close`); the body is
+/// One request on a fresh TCP connection (`Connection: close`); the body is
 /// de-chunked.
 fn try_request(
     port: u16,
@@ -114,8 +114,49 @@ fn try_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    let s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(s, method, path, headers, body)
+}
+
+/// Sends one request over `s` and reads the whole reply.
+fn exchange<S: Read + Write>(
+    s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let (mut r, status, headers) = send(s, method, path, headers, body)?;
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(chunk) = next_chunk(&mut r)? {
+            body.extend_from_slice(&chunk);
+        }
+    } else {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+type Headers = Vec<(String, String)>;
+type Head = (u16, Headers);
+
+/// Sends one request and reads the status line and headers.
+fn send<S: Read + Write>(
+    mut s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(BufReader<S>, u16, Headers)> {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -127,6 +168,11 @@ fn try_request(
     s.write_all(head.as_bytes())?;
     s.write_all(body)?;
     let mut r = BufReader::new(s);
+    let (status, headers): Head = read_head(&mut r)?;
+    Ok((r, status, headers))
+}
+
+fn read_head<R: BufRead>(r: &mut R) -> std::io::Result<Head> {
     let mut line = String::new();
     r.read_line(&mut line)?;
     let status: u16 = line
@@ -146,31 +192,19 @@ fn try_request(
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
     }
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            line.clear();
-            r.read_line(&mut line)?;
-            let n = usize::from_str_radix(line.trim(), 16)
-                .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
-            let mut chunk = vec![0; n + 2];
-            r.read_exact(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-    } else {
-        r.read_to_end(&mut body)?;
-    }
-    Ok(Reply {
-        status,
-        headers,
-        body,
-    })
+    Ok((status, headers))
+}
+
+/// The next chunk of a chunked body; `None` at its end.
+fn next_chunk<R: BufRead>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let n = usize::from_str_radix(line.trim(), 16)
+        .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
+    let mut chunk = vec![0; n + 2];
+    r.read_exact(&mut chunk)?;
+    chunk.truncate(n);
+    Ok((n > 0).then_some(chunk))
 }
 
 fn request(port: u16, method: &str, path: &str, body: &str) -> Reply {
@@ -243,7 +277,7 @@ fn check_stream(r: &Reply, object: &str, text_of: impl Fn(&Value) -> Option<Stri
 
 #[test]
 fn serve_endpoints() {
-    let s = start(&["--metrics", "--alias", "smol"]);
+    let s = start(&["--metrics", "--alias", "smol", "-np", "2"]);
     let port = s.port;
 
     // /v1/models
@@ -383,8 +417,9 @@ fn serve_endpoints() {
     // /props, /slots, /metrics.
     let v = request(port, "GET", "/props", "").json();
     assert_eq!(v["default_generation_settings"]["n_ctx"], 512);
-    assert_eq!(v["total_slots"], 1);
+    assert_eq!(v["total_slots"], 2);
     let v = request(port, "GET", "/slots", "").json();
+    assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0]["id"], 0);
     let r = request(port, "GET", "/metrics", "");
     assert_eq!(r.status, 200);
@@ -557,4 +592,123 @@ fn serve_unknown_flag_is_named() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--frobnicate"), "{err}");
+}
+
+/// The value of one metric in `/metrics` text.
+fn metric(port: u16, name: &str) -> f64 {
+    let text = request(port, "GET", "/metrics", "").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn serve_queue_full_and_shutdown_mid_stream() {
+    let mut s = start(&["--max-queue", "1", "--metrics"]);
+    let port = s.port;
+    let long = json!({"prompt": "Once upon a time", "max_tokens": 400, "stream": true,
+        "ignore_eos": true, "temperature": 0})
+    .to_string();
+    let open = || {
+        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let (r, status, _) = send(c, "POST", "/v1/completions", &[], long.as_bytes()).unwrap();
+        assert_eq!(status, 200);
+        r
+    };
+    // A generates (its first token has arrived), B waits in the queue ...
+    let mut a = open();
+    let first = next_chunk(&mut a).unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    let mut b = open();
+    let t0 = Instant::now();
+    while metric(port, "requests_deferred") < 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "B never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(port, "requests_processing"), 1.0);
+    // ... so a third request finds the queue full.
+    let r = request(
+        port,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"Hi","max_tokens":1}"#,
+    );
+    assert_error(&r, 503, "queue full");
+
+    // SIGTERM: A's stream is cut short but closed properly, B is told the
+    // server is going away, and the process exits 0.
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut rest = Vec::new();
+    while let Some(c) = next_chunk(&mut a).unwrap() {
+        rest.extend(c);
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    assert!(rest.contains("\"finish_reason\":\"stop\""), "{rest}");
+    let mut rest = Vec::new();
+    while let Some(c) = next_chunk(&mut b).unwrap() {
+        rest.extend(c);
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.contains("shutting down"), "{rest}");
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status after SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_unix_socket() {
+    let path = std::env::temp_dir().join(format!("kestrel-serve-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(model())
+        .arg("--host")
+        .arg(&path)
+        .args(["-t", "2", "-c", "256"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ask = |method: &str, url: &str, body: &str| {
+        let c = std::os::unix::net::UnixStream::connect(&path)?;
+        c.set_read_timeout(Some(Duration::from_secs(60)))?;
+        exchange(c, method, url, &[], body.as_bytes())
+    };
+    let t0 = Instant::now();
+    while !ask("GET", "/health", "").is_ok_and(|r| r.status == 200) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "kestrel serve exited early"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(60), "server not ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = ask(
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"Hi","max_tokens":2,"temperature":0}"#,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["completion_tokens"], 2);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
 }
