@@ -352,6 +352,20 @@ fn serve_endpoints() {
     });
     assert_eq!(streamed, text);
 
+    // Sampled (not greedy): the same seed gives the same text, streamed or not.
+    let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 1234});
+    let r = post(port, "/v1/completions", &sampled);
+    let text_sampled = r.json()["choices"][0]["text"].as_str().unwrap().to_owned();
+    let mut ss = sampled.clone();
+    ss["stream"] = json!(true);
+    ss["stream_options"] = json!({"include_usage": true});
+    let r = post(port, "/v1/completions", &ss);
+    let streamed = check_stream(&r, "text_completion", |c| {
+        c["text"].as_str().map(str::to_owned)
+    });
+    assert_eq!(streamed, text_sampled);
+
     // Token-id prompts give the same answer as the text they encode.
     let r = post(
         port,
@@ -711,4 +725,25 @@ fn serve_unix_socket() {
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn serve_bad_model_exits_1() {
+    let dir = std::env::temp_dir().join(format!("kestrel-serve-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("not-a-model.gguf");
+    std::fs::write(&bad, b"this is not a GGUF file").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(&bad)
+        .args(["--port", &free_port().to_string()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error:") && err.contains("not-a-model.gguf"),
+        "{err}"
+    );
 }
