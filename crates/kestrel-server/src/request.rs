@@ -461,3 +461,111 @@ pub fn check_prompt_len(tokens: &[u32], n_ctx: usize) -> Result<(), ApiError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Obj {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn body_must_be_a_json_object() {
+        assert!(parse_object(b"{\"a\":1}").is_ok());
+        for bad in [&b""[..], b"{", b"[1]", b"\"x\"", b"null", b"\xff\xfe"] {
+            let e = parse_object(bad).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+        }
+    }
+
+    #[test]
+    fn integers_and_ranges_name_the_field() {
+        let o = obj(json!({"a": 3, "b": 3.0, "c": 3.5, "d": "3", "e": 99}));
+        assert_eq!(get_int(&o, "a", 0, 10).unwrap(), Some(3));
+        assert_eq!(get_int(&o, "b", 0, 10).unwrap(), Some(3));
+        assert_eq!(get_int(&o, "missing", 0, 10).unwrap(), None);
+        assert!(get_int(&o, "c", 0, 10).unwrap_err().message.contains("'c'"));
+        assert!(get_int(&o, "d", 0, 10)
+            .unwrap_err()
+            .message
+            .contains("got a string"));
+        assert!(get_int(&o, "e", 0, 10)
+            .unwrap_err()
+            .message
+            .contains("between 0 and 10"));
+        let o = obj(json!({"t": 1e300, "u": null}));
+        assert!(get_f32(&o, "t", 0.0, 100.0).is_err());
+        assert_eq!(get_f32(&o, "u", 0.0, 1.0).unwrap(), None);
+    }
+
+    #[test]
+    fn messages_accept_strings_and_text_parts() {
+        let o = obj(json!({"messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},
+        ]}));
+        let m = messages(&o).unwrap();
+        assert_eq!(m[0].role, "system");
+        assert_eq!(m[1].content, "Hello");
+        for bad in [
+            json!({"messages": []}),
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+            json!({"messages": [{"role": 1, "content": "x"}]}),
+            json!({}),
+        ] {
+            assert_eq!(messages(&obj(bad)).unwrap_err().status.as_u16(), 400);
+        }
+    }
+
+    #[test]
+    fn unsupported_features_say_so() {
+        for (v, want) in [
+            (json!({"n": 3}), "'n' must be 1"),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "not supported yet",
+            ),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "not supported yet",
+            ),
+            (json!({"grammar": "root ::= x"}), "not supported yet"),
+        ] {
+            let e = check_unsupported(&obj(v)).unwrap_err();
+            assert!(e.message.contains(want), "{}", e.message);
+        }
+        let fine = json!({"n": 1, "tools": [], "response_format": {"type": "text"}});
+        assert!(check_unsupported(&obj(fine)).is_ok());
+    }
+
+    #[test]
+    fn logit_bias_in_both_shapes() {
+        let o = obj(json!({"logit_bias": {"5": -1.5, "7": false}}));
+        let mut b = logit_bias(&o, 10).unwrap();
+        b.sort_by_key(|p| p.0);
+        assert_eq!(b, vec![(5, -1.5), (7, f32::NEG_INFINITY)]);
+        let o = obj(json!({"logit_bias": [[3, 2.0]]}));
+        assert_eq!(logit_bias(&o, 10).unwrap(), vec![(3, 2.0)]);
+        for bad in [
+            json!({"logit_bias": {"10": 1}}),
+            json!({"logit_bias": {"x": 1}}),
+            json!({"logit_bias": [[1]]}),
+            json!({"logit_bias": 3}),
+            json!({"logit_bias": {"1": "big"}}),
+        ] {
+            assert!(logit_bias(&obj(bad), 10).is_err());
+        }
+    }
+
+    #[test]
+    fn prompt_length_names_both_numbers() {
+        assert!(check_prompt_len(&[1, 2], 3).is_ok());
+        let e = check_prompt_len(&[1, 2, 3], 3).unwrap_err();
+        assert!(e.message.contains('3') && e.message.contains("context of 3"));
+        assert!(check_prompt_len(&[], 3).is_err());
+    }
+}
