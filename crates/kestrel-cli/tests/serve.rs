@@ -690,6 +690,8 @@ fn serve_queue_full_and_shutdown_mid_stream() {
 fn serve_unix_socket() {
     let path = std::env::temp_dir().join(format!("kestrel-serve-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
+    // A socket file left behind by a dead server does not block binding.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
         .args(["serve", "-m"])
         .arg(model())

@@ -107,6 +107,7 @@ async fn run(config: ServeConfig) -> Result<()> {
     let server = async {
         match &unix_path {
             Some(path) => {
+                remove_stale_socket(path);
                 let listener = tokio::net::UnixListener::bind(path)
                     .with_context(|| format!("binding the Unix socket {}", path.display()))?;
                 eprintln!("listening on unix:{}", path.display());
@@ -142,6 +143,17 @@ async fn run(config: ServeConfig) -> Result<()> {
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Removes a socket file left by a server that died without cleaning up
+/// (nothing accepts on it), so that binding works; anything else at the
+/// path is left alone and binding reports it.
+fn remove_stale_socket(path: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -164,6 +164,14 @@ pub fn run(
         let result = match result {
             Ok(Ok(g)) => {
                 let s = &g.stats;
+                eprintln!(
+                    "request: prompt {} tokens, {:.1} t/s | generated {} tokens, {:.1} t/s | stop: {:?}",
+                    s.prompt_tokens,
+                    s.prompt_tps(),
+                    s.generated_tokens,
+                    s.generate_tps(),
+                    s.stop
+                );
                 m.requests.fetch_add(1, Ordering::Relaxed);
                 m.prompt_tokens
                     .fetch_add(s.prompt_tokens as u64, Ordering::Relaxed);
@@ -175,7 +183,10 @@ pub fn run(
                     .fetch_add((s.generate_ms * 1000.0) as u64, Ordering::Relaxed);
                 Ok(g)
             }
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => {
+                eprintln!("request failed: {e}");
+                Err(e.to_string())
+            }
             // A bug, not the client's fault: this request fails, the server
             // goes on (the panic message is already on stderr).
             Err(_) => Err("internal error: generation panicked".to_owned()),
