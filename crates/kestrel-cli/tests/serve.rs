@@ -402,6 +402,18 @@ fn serve_endpoints() {
     let r = post(port, "/v1/completions", &stop_body);
     assert_eq!(r.json()["choices"][0]["finish_reason"], "stop");
 
+    // ... and /completion names the stop string.
+    let stop_word = stop_body["stop"][0].as_str().unwrap().to_owned();
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "The capital of France is", "n_predict": 8,
+            "temperature": 0, "ignore_eos": true, "stop": [stop_word]}),
+    );
+    let v = r.json();
+    assert_eq!(v["stop_type"], "word", "{v}");
+    assert_eq!(v["stopping_word"], stop_word.as_str(), "{v}");
+
     // llama-server's /completion, plain and streamed.
     let lbody = json!({"prompt": "The capital of France is", "n_predict": 8,
         "temperature": 0, "ignore_eos": true});

@@ -122,6 +122,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         model: model_name(&s),
         loaded: l,
         logprobs: req.logprobs,
+        stop: req.params.stop.clone(),
     };
     if req.stream {
         Ok(sse(rx, shape, req))
@@ -158,6 +159,8 @@ struct Shape {
     model: String,
     loaded: Arc<Loaded>,
     logprobs: Option<usize>,
+    /// The request's stop strings, to name the one that matched.
+    stop: Vec<String>,
 }
 
 fn finish_reason(stop: StopReason) -> &'static str {
@@ -299,6 +302,22 @@ impl Shape {
         }
     }
 
+    /// The stop string that ended generation: the text of all generated
+    /// tokens continues the shown text with it.
+    fn stopping_word(&self, g: &Generation) -> String {
+        if g.stats.stop != StopReason::StopString {
+            return String::new();
+        }
+        let all = self.engine().tokenizer.decode(&g.tokens, false);
+        let after = all.get(g.text.len()..).unwrap_or("");
+        self.stop
+            .iter()
+            .filter(|w| !w.is_empty() && after.starts_with(w.as_str()))
+            .max_by_key(|w| w.len())
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// llama-server's closing object (its last stream event has content "").
     fn llama_final(&self, g: &Generation) -> Value {
         json!({
@@ -309,7 +328,7 @@ impl Shape {
             "tokens_cached": g.stats.prompt_tokens + g.stats.generated_tokens,
             "truncated": false,
             "stop_type": stop_type(g.stats.stop),
-            "stopping_word": "",
+            "stopping_word": self.stopping_word(g),
             "has_new_line": g.text.contains('\n'),
             "timings": timings(g),
         })
