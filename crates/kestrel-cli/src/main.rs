@@ -223,8 +223,17 @@ struct InspectArgs {
 }
 
 fn main() -> ExitCode {
-    // clap has no multi-letter short flags; llama.cpp's `-np` means --parallel.
-    let args = std::env::args_os().map(|a| if a == "-np" { "--parallel".into() } else { a });
+    // clap has no multi-letter short flags; llama-server's `-np` is
+    // `--parallel`. Only `serve` has it, so other commands' values (a prompt
+    // that reads "-np") are left alone.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "serve") {
+        for a in &mut args[2..] {
+            if a == "-np" {
+                *a = "--parallel".into();
+            }
+        }
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
