@@ -507,10 +507,49 @@ fn serve_rejects_malformed_requests_and_survives() {
         ("GET", "/metrics", "".into(), 501),
     ];
     assert!(cases.len() >= 30);
+    // A stream runs while the barrage comes in, and must come through whole.
+    let bystander = std::thread::spawn(move || {
+        post(
+            port,
+            "/v1/completions",
+            &json!({"prompt": "Once upon a time", "max_tokens": 48, "stream": true,
+                "ignore_eos": true, "temperature": 0}),
+        )
+    });
     for (method, path, body, status) in &cases {
         let r = request(port, method, path, body);
         assert_error(&r, *status, &format!("{method} {path} {body:.80}"));
     }
+    let r = bystander.join().unwrap();
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
+
+    // Concurrent requests wait their turn and each gets its own answer.
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                post(
+                    port,
+                    "/v1/chat/completions",
+                    &json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                        "max_tokens": 6, "temperature": 0}),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<Value> = handles
+        .into_iter()
+        .map(|h| {
+            let r = h.join().unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["choices"][0]["message"]["content"].clone()
+        })
+        .collect();
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+
     // A prompt longer than the context names both numbers.
     let r = request(
         port,
