@@ -39,6 +39,54 @@ enum Command {
     Profile(profile::ProfileArgs),
     /// Measure perplexity over a text file as llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
+    /// Serve the model over HTTP (OpenAI- and llama-server-compatible).
+    Serve(ServeArgs),
+}
+
+/// `kestrel serve`: llama-server's flag names and defaults where they overlap.
+#[derive(Args)]
+struct ServeArgs {
+    /// Path to a GGUF model.
+    #[arg(short = 'm', long = "model")]
+    model: PathBuf,
+    /// Address to listen on; a path ending in .sock listens on a Unix socket.
+    #[arg(long = "host", default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long = "port", default_value_t = 8080)]
+    port: u16,
+    /// Context size in tokens (default: min(4096, the model's training context)).
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx_size: Option<usize>,
+    /// Slots (`-np`); requests still run one at a time (no continuous batching yet).
+    #[arg(long = "parallel", default_value_t = 1)]
+    parallel: usize,
+    /// Worker threads (default: available cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Require this key (`Authorization: Bearer KEY`) on every endpoint but
+    /// /health and /v1/models.
+    #[arg(long = "api-key")]
+    api_key: Option<String>,
+    /// Enable the Prometheus /metrics endpoint.
+    #[arg(long = "metrics")]
+    metrics: bool,
+    /// Enable the /slots endpoint (the default).
+    #[arg(long = "slots", conflicts_with = "no_slots")]
+    slots: bool,
+    /// Disable the /slots endpoint.
+    #[arg(long = "no-slots")]
+    no_slots: bool,
+    /// The model name clients see (default: the file name).
+    #[arg(short = 'a', long = "alias")]
+    alias: Option<String>,
+    /// The most tokens a request may generate (-1 = no limit).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Requests that may wait while one generates; beyond that, 503.
+    #[arg(long = "max-queue", default_value_t = 64)]
+    max_queue: usize,
+    #[command(flatten)]
+    weights: WeightArgs,
 }
 
 #[derive(Args)]
@@ -175,7 +223,18 @@ struct InspectArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // clap has no multi-letter short flags; llama-server's `-np` is
+    // `--parallel`. Only `serve` has it, so other commands' values (a prompt
+    // that reads "-np") are left alone.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "serve") {
+        for a in &mut args[2..] {
+            if a == "-np" {
+                *a = "--parallel".into();
+            }
+        }
+    }
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version are not errors; every usage error exits 1, as
@@ -195,6 +254,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::bench(a),
         Command::Profile(a) => profile::profile(a),
         Command::Perplexity(a) => perplexity::perplexity(a),
+        Command::Serve(a) => serve(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -209,6 +269,42 @@ pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    let threads = a.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if a.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    if a.max_queue == 0 {
+        bail!("--max-queue must be at least 1");
+    }
+    if let Some(c) = a.ctx_size {
+        if c == 0 || c > 1 << 20 {
+            bail!("--ctx-size must be in 1..=1048576, got {c}");
+        }
+    }
+    if !a.model.is_file() {
+        bail!("model file {} does not exist", a.model.display());
+    }
+    kestrel_server::serve(kestrel_server::ServeConfig {
+        model: a.model,
+        host: a.host,
+        port: a.port,
+        n_ctx: a.ctx_size,
+        parallel: a.parallel,
+        threads,
+        api_key: a.api_key,
+        metrics: a.metrics,
+        slots: a.slots || !a.no_slots,
+        alias: a.alias,
+        n_predict: a.n_predict,
+        queue: a.max_queue,
+        backing: a.weights.backing(),
+    })
 }
 
 fn run(a: RunArgs) -> Result<()> {

@@ -1,0 +1,802 @@
+//! `kestrel serve` end to end: starts the real binary on a free port with
+//! SmolLM2 and talks raw HTTP/1.1 to it over TcpStream, so what is checked is
+//! exactly what a client sees on the wire.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn model() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        p.display()
+    );
+    p
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `kestrel serve` with `extra` flags and waits for /health 200.
+fn start(extra: &[&str]) -> Server {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(model())
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", "2", "-c", "512"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kestrel starts");
+    let mut s = Server { child, port };
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            panic!("kestrel serve exited early: {status}");
+        }
+        if let Ok(r) = try_request(port, "GET", "/health", &[], b"") {
+            if r.status == 200 {
+                assert_eq!(r.json(), json!({"status": "ok"}));
+                break;
+            }
+            assert_eq!(r.status, 503, "health while loading: {}", r.text());
+            assert_eq!(r.json()["error"]["message"], "Loading model");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "server not ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    /// The `data:` payloads of an SSE body.
+    fn events(&self) -> Vec<String> {
+        self.text()
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// One request on a fresh TCP connection (`Connection: close`); the body is
+/// de-chunked.
+fn try_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(s, method, path, headers, body)
+}
+
+/// Sends one request over `s` and reads the whole reply.
+fn exchange<S: Read + Write>(
+    s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let (mut r, status, headers) = send(s, method, path, headers, body)?;
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(chunk) = next_chunk(&mut r)? {
+            body.extend_from_slice(&chunk);
+        }
+    } else {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+type Headers = Vec<(String, String)>;
+type Head = (u16, Headers);
+
+/// Sends one request and reads the status line and headers.
+fn send<S: Read + Write>(
+    mut s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(BufReader<S>, u16, Headers)> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut r = BufReader::new(s);
+    let (status, headers): Head = read_head(&mut r)?;
+    Ok((r, status, headers))
+}
+
+fn read_head<R: BufRead>(r: &mut R) -> std::io::Result<Head> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    Ok((status, headers))
+}
+
+/// The next chunk of a chunked body; `None` at its end.
+fn next_chunk<R: BufRead>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let n = usize::from_str_radix(line.trim(), 16)
+        .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
+    let mut chunk = vec![0; n + 2];
+    r.read_exact(&mut chunk)?;
+    chunk.truncate(n);
+    Ok((n > 0).then_some(chunk))
+}
+
+fn request(port: u16, method: &str, path: &str, body: &str) -> Reply {
+    try_request(port, method, path, &[], body.as_bytes()).expect("request")
+}
+
+fn post(port: u16, path: &str, body: &Value) -> Reply {
+    request(port, "POST", path, &body.to_string())
+}
+
+fn assert_error(r: &Reply, status: u16, what: &str) {
+    assert_eq!(r.status, status, "{what}: {}", r.text());
+    let v = r.json();
+    let e = &v["error"];
+    assert_eq!(e["code"], status, "{what}: {v}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {v}"
+    );
+    assert!(e["type"].is_string(), "{what}: {v}");
+}
+
+fn chat_body(stream: bool) -> Value {
+    json!({
+        "model": "anything",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 12, "temperature": 0, "seed": 7, "stream": stream,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+/// Checks the SSE invariants and returns the streamed text.
+fn check_stream(r: &Reply, object: &str, text_of: impl Fn(&Value) -> Option<String>) -> String {
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(chunks.len() >= 3, "{events:?}");
+    let id = chunks[0]["id"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    let with_choices: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"].as_array().unwrap().is_empty())
+        .collect();
+    for (i, c) in with_choices.iter().enumerate() {
+        assert_eq!(c["id"], id.as_str(), "every chunk carries the same id");
+        assert_eq!(c["object"], object);
+        let choice = &c["choices"][0];
+        let last = i + 1 == with_choices.len();
+        assert_eq!(
+            choice["finish_reason"].is_string(),
+            last,
+            "finish_reason only on the last choice chunk: {c}"
+        );
+        if let Some(t) = text_of(choice) {
+            text.push_str(&t);
+        }
+    }
+    // include_usage: one final chunk with no choices carries the usage.
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["id"], id.as_str());
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    text
+}
+
+#[test]
+fn serve_endpoints() {
+    let s = start(&["--metrics", "--alias", "smol", "-np", "2"]);
+    let port = s.port;
+
+    // /v1/models
+    let r = request(port, "GET", "/v1/models", "");
+    assert_eq!(r.status, 200);
+    let m = r.json();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], "smol");
+
+    // Chat, non-streamed.
+    let r = post(port, "/v1/chat/completions", &chat_body(false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["model"], "smol");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    let chat_text = choice["message"]["content"].as_str().unwrap().to_owned();
+    assert!(!chat_text.is_empty());
+    let reason = choice["finish_reason"].as_str().unwrap();
+    assert!(reason == "stop" || reason == "length", "{reason}");
+    let u = &v["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    assert!(u["completion_tokens"].as_u64().unwrap() <= 12);
+    for k in [
+        "cache_n",
+        "prompt_n",
+        "prompt_ms",
+        "prompt_per_token_ms",
+        "prompt_per_second",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_token_ms",
+        "predicted_per_second",
+    ] {
+        assert!(v["timings"][k].is_number(), "timings.{k}: {v}");
+    }
+
+    // Chat, streamed: the same text, with the SSE invariants.
+    let r = post(port, "/v1/chat/completions", &chat_body(true));
+    let events = r.events();
+    let first: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    let streamed = check_stream(&r, "chat.completion.chunk", |c| {
+        c["delta"]["content"].as_str().map(str::to_owned)
+    });
+    assert_eq!(
+        streamed, chat_text,
+        "streamed text equals non-streamed text"
+    );
+
+    // Completions: non-streamed and streamed agree; a length stop.
+    let body = json!({"prompt": "The capital of France is", "max_tokens": 8,
+        "temperature": 0, "ignore_eos": true});
+    let r = post(port, "/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    let text = v["choices"][0]["text"].as_str().unwrap().to_owned();
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let r = post(port, "/v1/completions", &sbody);
+    let streamed = check_stream(&r, "text_completion", |c| {
+        c["text"].as_str().map(str::to_owned)
+    });
+    assert_eq!(streamed, text);
+
+    // Sampled (not greedy): the same seed gives the same text, streamed or not.
+    let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 1234});
+    let r = post(port, "/v1/completions", &sampled);
+    let text_sampled = r.json()["choices"][0]["text"].as_str().unwrap().to_owned();
+    let mut ss = sampled.clone();
+    ss["stream"] = json!(true);
+    ss["stream_options"] = json!({"include_usage": true});
+    let r = post(port, "/v1/completions", &ss);
+    let streamed = check_stream(&r, "text_completion", |c| {
+        c["text"].as_str().map(str::to_owned)
+    });
+    assert_eq!(streamed, text_sampled);
+
+    // Token-id prompts give the same answer as the text they encode.
+    let r = post(
+        port,
+        "/tokenize",
+        &json!({"content": "The capital of France is", "add_special": true}),
+    );
+    assert_eq!(r.status, 200);
+    let ids = r.json()["tokens"].clone();
+    let mut ibody = body.clone();
+    ibody["prompt"] = ids.clone();
+    let r = post(port, "/v1/completions", &ibody);
+    assert_eq!(r.json()["choices"][0]["text"], text.as_str());
+    let r = post(port, "/detokenize", &json!({ "tokens": ids }));
+    assert_eq!(r.status, 200);
+    assert!(r.json()["content"]
+        .as_str()
+        .unwrap()
+        .ends_with("The capital of France is"));
+
+    // Chat logprobs.
+    let mut lbody = chat_body(false);
+    lbody["logprobs"] = json!(true);
+    lbody["top_logprobs"] = json!(3);
+    let r = post(port, "/v1/chat/completions", &lbody);
+    let v = r.json();
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty());
+    assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 3);
+    assert!(content[0]["logprob"].as_f64().unwrap() <= 0.0);
+
+    // A stop string ends generation with finish_reason "stop".
+    let mut stop_body = body.clone();
+    stop_body["stop"] = json!([text.chars().nth(2).unwrap().to_string()]);
+    let r = post(port, "/v1/completions", &stop_body);
+    assert_eq!(r.json()["choices"][0]["finish_reason"], "stop");
+
+    // ... and /completion names the stop string.
+    let stop_word = stop_body["stop"][0].as_str().unwrap().to_owned();
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "The capital of France is", "n_predict": 8,
+            "temperature": 0, "ignore_eos": true, "stop": [stop_word]}),
+    );
+    let v = r.json();
+    assert_eq!(v["stop_type"], "word", "{v}");
+    assert_eq!(v["stopping_word"], stop_word.as_str(), "{v}");
+
+    // llama-server's /completion, plain and streamed.
+    let lbody = json!({"prompt": "The capital of France is", "n_predict": 8,
+        "temperature": 0, "ignore_eos": true});
+    let r = post(port, "/completion", &lbody);
+    let v = r.json();
+    assert_eq!(v["content"], text.as_str());
+    assert_eq!(v["stop"], true);
+    assert_eq!(v["stop_type"], "limit");
+    assert_eq!(v["tokens_predicted"], 8);
+    let mut sl = lbody.clone();
+    sl["stream"] = json!(true);
+    let r = post(port, "/completion", &sl);
+    let events: Vec<Value> = r
+        .events()
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["stop"], true);
+    assert!(last["timings"]["predicted_n"].is_number());
+    let joined: String = events
+        .iter()
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, text);
+
+    // /props, /slots, /metrics.
+    let v = request(port, "GET", "/props", "").json();
+    assert_eq!(v["default_generation_settings"]["n_ctx"], 512);
+    assert_eq!(v["total_slots"], 2);
+    let v = request(port, "GET", "/slots", "").json();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0]["id"], 0);
+    let r = request(port, "GET", "/metrics", "");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("llamacpp:tokens_predicted_total"));
+}
+
+#[test]
+fn serve_rejects_malformed_requests_and_survives() {
+    let s = start(&[]);
+    let port = s.port;
+    let chat = "/v1/chat/completions";
+    let cmpl = "/v1/completions";
+    let long_prompt = "hello ".repeat(600);
+    let cases: Vec<(&str, &str, String, u16)> = vec![
+        ("POST", chat, "{".into(), 400),
+        ("POST", chat, "not json".into(), 400),
+        ("POST", chat, "[]".into(), 400),
+        ("POST", chat, "42".into(), 400),
+        ("POST", chat, "".into(), 400),
+        ("POST", chat, "{}".into(), 400),
+        ("POST", chat, r#"{"messages":[]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":"hi"}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[1]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"content":"x"}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"wizard","content":"x"}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user"}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":5}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"temperature":-1}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"top_p":1.5}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-5}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1.5}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"999999":1}}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"abc":1}}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":50,"logprobs":true}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"seed":-7}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"model":3}"#.into(), 400),
+        ("POST", cmpl, r#"{}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":null}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":{"a":1}}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":[1,-2]}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":[99999999]}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":["a","b"]}"#.into(), 400),
+        ("POST", cmpl, r#"{"prompt":[]}"#.into(), 400),
+        ("POST", cmpl, format!(r#"{{"prompt":"{long_prompt}"}}"#), 400),
+        ("POST", "/completion", r#"{"prompt":"x","n_probs":"many"}"#.into(), 400),
+        ("POST", "/tokenize", r#"{"content":5}"#.into(), 400),
+        ("POST", "/detokenize", r#"{"tokens":[-1]}"#.into(), 400),
+        ("POST", "/detokenize", r#"{"tokens":"abc"}"#.into(), 400),
+        ("GET", chat, "".into(), 405),
+        ("GET", "/nowhere", "".into(), 404),
+        ("POST", "/v1/nothing", "{}".into(), 404),
+        ("GET", "/metrics", "".into(), 501),
+    ];
+    assert!(cases.len() >= 30);
+    // A stream runs while the barrage comes in, and must come through whole.
+    let bystander = std::thread::spawn(move || {
+        post(
+            port,
+            "/v1/completions",
+            &json!({"prompt": "Once upon a time", "max_tokens": 48, "stream": true,
+                "ignore_eos": true, "temperature": 0}),
+        )
+    });
+    for (method, path, body, status) in &cases {
+        let r = request(port, method, path, body);
+        assert_error(&r, *status, &format!("{method} {path} {body:.80}"));
+    }
+    let r = bystander.join().unwrap();
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
+
+    // Concurrent requests wait their turn and each gets its own answer.
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                post(
+                    port,
+                    "/v1/chat/completions",
+                    &json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                        "max_tokens": 6, "temperature": 0}),
+                )
+            })
+        })
+        .collect();
+    let answers: Vec<Value> = handles
+        .into_iter()
+        .map(|h| {
+            let r = h.join().unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["choices"][0]["message"]["content"].clone()
+        })
+        .collect();
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+
+    // A prompt longer than the context names both numbers.
+    let r = request(
+        port,
+        "POST",
+        cmpl,
+        &format!(r#"{{"prompt":"{long_prompt}"}}"#),
+    );
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("512"), "{msg}");
+
+    // Garbage on the socket does not take the server down either.
+    for junk in [
+        &b"\x00\x01\x02garbage\r\n\r\n"[..],
+        b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+    ] {
+        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = c.write_all(junk);
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = c.read_to_end(&mut Vec::new());
+        }
+    }
+    // A client that disconnects mid-stream cancels its generation.
+    {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let body = json!({"prompt": "Once upon a time", "max_tokens": 200, "stream": true,
+            "ignore_eos": true})
+        .to_string();
+        write!(
+            c,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut first = [0u8; 64];
+        let _ = c.read(&mut first);
+    }
+
+    // The server still answers a normal request correctly.
+    let r = post(
+        port,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["choices"][0]["message"]["content"].is_string());
+}
+
+#[test]
+fn serve_api_key_and_shutdown() {
+    let mut s = start(&["--api-key", "sekrit"]);
+    let port = s.port;
+    let body = r#"{"prompt":"Hi","max_tokens":2}"#;
+    // /health and /v1/models stay public.
+    assert_eq!(request(port, "GET", "/v1/models", "").status, 200);
+    let r = request(port, "POST", "/v1/completions", body);
+    assert_error(&r, 401, "no key");
+    let r = try_request(
+        port,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", "Bearer wrong")],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_error(&r, 401, "wrong key");
+    let r = try_request(
+        port,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", "Bearer sekrit")],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // SIGTERM: exit 0, promptly.
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status after SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_unknown_flag_is_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(model())
+        .arg("--frobnicate")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--frobnicate"), "{err}");
+}
+
+/// The value of one metric in `/metrics` text.
+fn metric(port: u16, name: &str) -> f64 {
+    let text = request(port, "GET", "/metrics", "").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn serve_queue_full_and_shutdown_mid_stream() {
+    let mut s = start(&["--max-queue", "1", "--metrics"]);
+    let port = s.port;
+    let long = json!({"prompt": "Once upon a time", "max_tokens": 400, "stream": true,
+        "ignore_eos": true, "temperature": 0})
+    .to_string();
+    let open = || {
+        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let (r, status, _) = send(c, "POST", "/v1/completions", &[], long.as_bytes()).unwrap();
+        assert_eq!(status, 200);
+        r
+    };
+    // A generates (its first token has arrived), B waits in the queue ...
+    let mut a = open();
+    let first = next_chunk(&mut a).unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    let mut b = open();
+    let t0 = Instant::now();
+    while metric(port, "requests_deferred") < 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "B never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(port, "requests_processing"), 1.0);
+    // ... so a third request finds the queue full.
+    let r = request(
+        port,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"Hi","max_tokens":1}"#,
+    );
+    assert_error(&r, 503, "queue full");
+
+    // SIGTERM: A's stream is cut short but closed properly, B is told the
+    // server is going away, and the process exits 0.
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut rest = Vec::new();
+    while let Some(c) = next_chunk(&mut a).unwrap() {
+        rest.extend(c);
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    assert!(rest.contains("\"finish_reason\":\"stop\""), "{rest}");
+    let mut rest = Vec::new();
+    while let Some(c) = next_chunk(&mut b).unwrap() {
+        rest.extend(c);
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.contains("shutting down"), "{rest}");
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status after SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_unix_socket() {
+    let path = std::env::temp_dir().join(format!("kestrel-serve-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    // A socket file left behind by a dead server does not block binding.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(model())
+        .arg("--host")
+        .arg(&path)
+        .args(["-t", "2", "-c", "256"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ask = |method: &str, url: &str, body: &str| {
+        let c = std::os::unix::net::UnixStream::connect(&path)?;
+        c.set_read_timeout(Some(Duration::from_secs(60)))?;
+        exchange(c, method, url, &[], body.as_bytes())
+    };
+    let t0 = Instant::now();
+    while !ask("GET", "/health", "").is_ok_and(|r| r.status == 200) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "kestrel serve exited early"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(60), "server not ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = ask(
+        "POST",
+        "/v1/completions",
+        r#"{"prompt":"Hi","max_tokens":2,"temperature":0}"#,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["completion_tokens"], 2);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn serve_bad_model_exits_1() {
+    let dir = std::env::temp_dir().join(format!("kestrel-serve-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("not-a-model.gguf");
+    std::fs::write(&bad, b"this is not a GGUF file").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(&bad)
+        .args(["--port", &free_port().to_string()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error:") && err.contains("not-a-model.gguf"),
+        "{err}"
+    );
+}

@@ -1,0 +1,721 @@
+//! The endpoints: OpenAI's `/v1/chat/completions`, `/v1/completions` and
+//! `/v1/models`, llama-server's `/completion`, `/tokenize`, `/detokenize`,
+//! `/props`, `/slots`, `/metrics` and `/health`, and the JSON and SSE shapes
+//! of their answers.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use kestrel_engine::{Engine, Generation, StopReason, TokenLogprobs};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::error::ApiError;
+use crate::request::{self, Api, GenRequest};
+use crate::worker::{Event, Loaded, Shared};
+
+type AppState = State<Arc<Shared>>;
+
+pub fn json_response(status: StatusCode, v: &Value) -> Response {
+    let mut r = (status, v.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    r
+}
+
+fn ok(v: Value) -> Response {
+    json_response(StatusCode::OK, &v)
+}
+
+fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The name clients see: `--alias`, else the model file's name.
+fn model_name(s: &Shared) -> String {
+    s.config.alias.clone().unwrap_or_else(|| {
+        s.config
+            .model
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    })
+}
+
+pub async fn health(State(s): AppState) -> Response {
+    match s.loaded() {
+        Ok(_) => ok(json!({"status": "ok"})),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn models(State(s): AppState) -> Response {
+    let mut meta = Map::new();
+    if let Ok(l) = s.loaded() {
+        let hp = &l.engine.model.spec.hparams;
+        meta.insert("n_vocab".into(), json!(hp.n_vocab));
+        meta.insert("n_ctx_train".into(), json!(hp.n_ctx_train));
+        meta.insert("n_embd".into(), json!(hp.n_embd));
+    }
+    ok(json!({
+        "object": "list",
+        "data": [{
+            "id": model_name(&s),
+            "object": "model",
+            "created": unix_time(),
+            "owned_by": "kestrel",
+            "meta": meta,
+        }],
+    }))
+}
+
+pub async fn chat_completions(State(s): AppState, body: Bytes) -> Response {
+    generate(s, body, Api::Chat)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+pub async fn completions(State(s): AppState, body: Bytes) -> Response {
+    generate(s, body, Api::Completions)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+pub async fn completion(State(s): AppState, body: Bytes) -> Response {
+    generate(s, body, Api::Llama)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+/// Validates a generation request completely (so that a stream, once
+/// started with 200, rarely fails), queues it, and answers as JSON or SSE.
+async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
+    let l = s.loaded()?;
+    let o = request::parse_object(&body)?;
+    let tokens = match api {
+        Api::Chat => {
+            let messages = request::messages(&o)?;
+            let text = l
+                .engine
+                .render_chat(&messages)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            l.engine.tokenize_prompt(&text)
+        }
+        Api::Completions | Api::Llama => request::prompt_tokens(&o, &l.engine)?,
+    };
+    let req = request::gen_request(&o, api, &l.engine, l.n_ctx, s.config.n_predict)?;
+    request::check_prompt_len(&tokens, l.n_ctx)?;
+    let rx = s.submit(tokens, req.params.clone())?;
+    let shape = Shape {
+        api,
+        id: new_id(api),
+        created: unix_time(),
+        model: model_name(&s),
+        loaded: l,
+        logprobs: req.logprobs,
+        stop: req.params.stop.clone(),
+    };
+    if req.stream {
+        Ok(sse(rx, shape, req))
+    } else {
+        let g = wait(rx).await?;
+        Ok(ok(shape.full(&g)))
+    }
+}
+
+/// Waits for the end of a generation, ignoring the token events.
+async fn wait(mut rx: UnboundedReceiver<Event>) -> Result<Generation, ApiError> {
+    loop {
+        match rx.recv().await {
+            Some(Event::Token { .. }) => {}
+            Some(Event::Done(r)) => return r.map_err(ApiError::internal),
+            None => return Err(ApiError::unavailable("the server is shutting down")),
+        }
+    }
+}
+
+fn new_id(api: Api) -> String {
+    let prefix = match api {
+        Api::Chat => "chatcmpl",
+        Api::Completions | Api::Llama => "cmpl",
+    };
+    format!("{prefix}-{:016x}", kestrel_sampling::random_seed())
+}
+
+/// How one request's answer is written, streamed or not.
+struct Shape {
+    api: Api,
+    id: String,
+    created: u64,
+    model: String,
+    loaded: Arc<Loaded>,
+    logprobs: Option<usize>,
+    /// The request's stop strings, to name the one that matched.
+    stop: Vec<String>,
+}
+
+fn finish_reason(stop: StopReason) -> &'static str {
+    match stop {
+        StopReason::Length | StopReason::ContextFull => "length",
+        StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
+    }
+}
+
+/// llama-server's `stop_type`.
+fn stop_type(stop: StopReason) -> &'static str {
+    match stop {
+        StopReason::EndOfGeneration => "eos",
+        StopReason::StopString => "word",
+        StopReason::Length | StopReason::ContextFull => "limit",
+        StopReason::Cancelled => "none",
+    }
+}
+
+pub fn timings(g: &Generation) -> Value {
+    let s = &g.stats;
+    let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    json!({
+        "cache_n": 0,
+        "prompt_n": s.prompt_tokens,
+        "prompt_ms": s.prompt_ms,
+        "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_tokens),
+        "prompt_per_second": s.prompt_tps(),
+        "predicted_n": s.generated_tokens,
+        "predicted_ms": s.generate_ms,
+        "predicted_per_token_ms": per_token(s.generate_ms, s.generated_tokens),
+        "predicted_per_second": s.generate_tps(),
+    })
+}
+
+fn usage(g: &Generation) -> Value {
+    json!({
+        "prompt_tokens": g.stats.prompt_tokens,
+        "completion_tokens": g.stats.generated_tokens,
+        "total_tokens": g.stats.prompt_tokens + g.stats.generated_tokens,
+    })
+}
+
+fn piece(engine: &Engine, id: u32) -> (String, Vec<u8>) {
+    let bytes = engine.tokenizer.token_to_piece(id, true);
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+impl Shape {
+    fn engine(&self) -> &Engine {
+        &self.loaded.engine
+    }
+
+    /// One token's logprobs in the endpoint's format (`n` alternatives).
+    fn token_logprobs(&self, lp: &TokenLogprobs, n: usize) -> Value {
+        let e = self.engine();
+        let (tok, bytes) = piece(e, lp.token);
+        let top = lp.top.iter().take(n);
+        match self.api {
+            Api::Chat => json!({
+                "token": tok, "logprob": lp.logprob, "bytes": bytes,
+                "top_logprobs": top.map(|&(id, l)| {
+                    let (t, b) = piece(e, id);
+                    json!({"token": t, "logprob": l, "bytes": b})
+                }).collect::<Vec<_>>(),
+            }),
+            Api::Llama => json!({
+                "id": lp.token, "token": tok, "logprob": lp.logprob, "bytes": bytes,
+                "top_logprobs": top.map(|&(id, l)| {
+                    let (t, b) = piece(e, id);
+                    json!({"id": id, "token": t, "logprob": l, "bytes": b})
+                }).collect::<Vec<_>>(),
+            }),
+            // Legacy completions: assembled per list in `logprobs_block`.
+            Api::Completions => json!({
+                "token": tok, "logprob": lp.logprob,
+                "top": top.map(|&(id, l)| (piece(e, id).0, json!(l))).collect::<Map<_, _>>(),
+            }),
+        }
+    }
+
+    /// The `logprobs` value of a choice covering `lps`; `offset` is the text
+    /// offset of the first token (legacy completions).
+    fn logprobs_block(&self, lps: &[TokenLogprobs], mut offset: usize) -> Value {
+        let Some(n) = self.logprobs else {
+            return Value::Null;
+        };
+        let entries: Vec<Value> = lps.iter().map(|lp| self.token_logprobs(lp, n)).collect();
+        match self.api {
+            Api::Chat => json!({"content": entries}),
+            Api::Llama => Value::Array(entries),
+            Api::Completions => {
+                let mut text_offset = Vec::new();
+                for e in &entries {
+                    text_offset.push(offset);
+                    offset += e["token"].as_str().map_or(0, str::len);
+                }
+                json!({
+                    "tokens": entries.iter().map(|e| e["token"].clone()).collect::<Vec<_>>(),
+                    "token_logprobs": entries.iter().map(|e| e["logprob"].clone()).collect::<Vec<_>>(),
+                    "top_logprobs": entries.iter().map(|e| e["top"].clone()).collect::<Vec<_>>(),
+                    "text_offset": text_offset,
+                })
+            }
+        }
+    }
+
+    /// The non-streamed answer.
+    fn full(&self, g: &Generation) -> Value {
+        let reason = finish_reason(g.stats.stop);
+        let logprobs = self.logprobs_block(&g.logprobs, 0);
+        match self.api {
+            Api::Chat => json!({
+                "id": self.id, "object": "chat.completion", "created": self.created,
+                "model": self.model, "system_fingerprint": fingerprint(),
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": g.text},
+                    "logprobs": logprobs,
+                    "finish_reason": reason,
+                }],
+                "usage": usage(g), "timings": timings(g),
+            }),
+            Api::Completions => json!({
+                "id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model, "system_fingerprint": fingerprint(),
+                "choices": [{"index": 0, "text": g.text, "logprobs": logprobs, "finish_reason": reason}],
+                "usage": usage(g), "timings": timings(g),
+            }),
+            Api::Llama => {
+                let mut v = self.llama_final(g);
+                v["content"] = json!(g.text);
+                v["tokens"] = json!(g.tokens);
+                if self.logprobs.is_some() {
+                    v["completion_probabilities"] = logprobs;
+                }
+                v
+            }
+        }
+    }
+
+    /// The stop string that ended generation: the text of all generated
+    /// tokens continues the shown text with it.
+    fn stopping_word(&self, g: &Generation) -> String {
+        if g.stats.stop != StopReason::StopString {
+            return String::new();
+        }
+        let all = self.engine().tokenizer.decode(&g.tokens, false);
+        let after = all.get(g.text.len()..).unwrap_or("");
+        self.stop
+            .iter()
+            .filter(|w| !w.is_empty() && after.starts_with(w.as_str()))
+            .max_by_key(|w| w.len())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// llama-server's closing object (its last stream event has content "").
+    fn llama_final(&self, g: &Generation) -> Value {
+        json!({
+            "content": "", "tokens": [], "id_slot": 0, "stop": true,
+            "model": self.model,
+            "tokens_predicted": g.stats.generated_tokens,
+            "tokens_evaluated": g.stats.prompt_tokens,
+            "tokens_cached": g.stats.prompt_tokens + g.stats.generated_tokens,
+            "truncated": false,
+            "stop_type": stop_type(g.stats.stop),
+            "stopping_word": self.stopping_word(g),
+            "has_new_line": g.text.contains('\n'),
+            "timings": timings(g),
+        })
+    }
+
+    /// The OpenAI chunk envelope around one choice (or none).
+    fn chunk(&self, choices: Value) -> Value {
+        let object = match self.api {
+            Api::Chat => "chat.completion.chunk",
+            _ => "text_completion",
+        };
+        json!({
+            "id": self.id, "object": object, "created": self.created,
+            "model": self.model, "system_fingerprint": fingerprint(),
+            "choices": choices,
+        })
+    }
+
+    /// Events sent before any token: the chat role.
+    fn stream_start(&self) -> Vec<Value> {
+        match self.api {
+            Api::Chat => vec![self.chunk(json!([{
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": null,
+                "finish_reason": null,
+            }]))],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The event for one token, or none when there is nothing to say.
+    fn stream_token(
+        &self,
+        token: Option<u32>,
+        text: &str,
+        lp: Option<&TokenLogprobs>,
+        offset: usize,
+    ) -> Option<Value> {
+        if text.is_empty() && lp.is_none() {
+            return None;
+        }
+        let logprobs = match lp {
+            Some(lp) => self.logprobs_block(std::slice::from_ref(lp), offset),
+            None => Value::Null,
+        };
+        Some(match self.api {
+            Api::Chat => self.chunk(json!([{
+                "index": 0, "delta": {"content": text},
+                "logprobs": logprobs, "finish_reason": null,
+            }])),
+            Api::Completions => self.chunk(json!([{
+                "index": 0, "text": text, "logprobs": logprobs, "finish_reason": null,
+            }])),
+            Api::Llama => {
+                let mut v = json!({
+                    "content": text, "tokens": token.into_iter().collect::<Vec<_>>(),
+                    "stop": false, "id_slot": 0,
+                });
+                if self.logprobs.is_some() {
+                    v["completion_probabilities"] = logprobs;
+                }
+                v
+            }
+        })
+    }
+
+    /// The closing events: finish_reason (with timings), then usage if asked.
+    fn stream_end(&self, g: &Generation, include_usage: bool) -> Vec<Value> {
+        let reason = finish_reason(g.stats.stop);
+        let mut out = Vec::new();
+        match self.api {
+            Api::Llama => out.push(self.llama_final(g)),
+            _ => {
+                let choice = match self.api {
+                    Api::Chat => {
+                        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": reason})
+                    }
+                    _ => {
+                        json!({"index": 0, "text": "", "logprobs": null, "finish_reason": reason})
+                    }
+                };
+                let mut last = self.chunk(json!([choice]));
+                last["timings"] = timings(g);
+                out.push(last);
+                if include_usage {
+                    let mut u = self.chunk(json!([]));
+                    u["usage"] = usage(g);
+                    out.push(u);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn fingerprint() -> String {
+    format!("kestrel-{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn sse_event(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// A server-sent-event body fed by the generation's events. Dropping the
+/// body (the client went away) drops `rx`, which cancels the generation.
+fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response {
+    struct St {
+        rx: UnboundedReceiver<Event>,
+        shape: Shape,
+        include_usage: bool,
+        started: bool,
+        done: bool,
+        offset: usize,
+    }
+    let st = St {
+        rx,
+        shape,
+        include_usage: req.include_usage,
+        started: false,
+        done: false,
+        offset: 0,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out = Vec::new();
+        if !st.started {
+            st.started = true;
+            out.extend(st.shape.stream_start().iter().map(sse_event));
+        }
+        // Each body chunk carries at least one event (or ends the stream).
+        while out.is_empty() {
+            match st.rx.recv().await {
+                Some(Event::Token {
+                    token,
+                    text,
+                    logprobs,
+                }) => {
+                    if let Some(v) =
+                        st.shape
+                            .stream_token(token, &text, logprobs.as_ref(), st.offset)
+                    {
+                        out.push(sse_event(&v));
+                    }
+                    st.offset += text.len();
+                }
+                Some(Event::Done(Ok(g))) => {
+                    out.extend(
+                        st.shape
+                            .stream_end(&g, st.include_usage)
+                            .iter()
+                            .map(sse_event),
+                    );
+                    st.done = true;
+                    break;
+                }
+                Some(Event::Done(Err(e))) => {
+                    out.push(sse_event(&ApiError::internal(e).body()));
+                    st.done = true;
+                    break;
+                }
+                None => {
+                    out.push(sse_event(
+                        &ApiError::unavailable("the server is shutting down").body(),
+                    ));
+                    st.done = true;
+                    break;
+                }
+            }
+        }
+        if st.done && st.shape.api != Api::Llama {
+            out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+        let bytes: Vec<u8> = out.concat();
+        Some((Ok::<_, Infallible>(Bytes::from(bytes)), st))
+    });
+    let mut r = Response::new(Body::from_stream(stream));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {
+    (|| {
+        let l = s.loaded()?;
+        let o = request::parse_object(&body)?;
+        let content = request::get_str(&o, "content")?
+            .ok_or_else(|| ApiError::bad_request("'content' is required"))?;
+        let add_special = request::get_bool(&o, "add_special")?.unwrap_or(false);
+        let parse_special = request::get_bool(&o, "parse_special")?.unwrap_or(true);
+        let with_pieces = request::get_bool(&o, "with_pieces")?.unwrap_or(false);
+        let ids = l
+            .engine
+            .tokenizer
+            .encode(content, add_special, parse_special);
+        let tokens: Vec<Value> = if with_pieces {
+            ids.iter()
+                .map(|&id| {
+                    let (text, bytes) = piece(&l.engine, id);
+                    // llama-server gives bytes when the piece is not valid UTF-8.
+                    let p = if std::str::from_utf8(&bytes).is_ok() {
+                        json!(text)
+                    } else {
+                        json!(bytes)
+                    };
+                    json!({"id": id, "piece": p})
+                })
+                .collect()
+        } else {
+            ids.iter().map(|&id| json!(id)).collect()
+        };
+        Ok::<_, ApiError>(ok(json!({ "tokens": tokens })))
+    })()
+    .unwrap_or_else(|e| e.into_response())
+}
+
+pub async fn detokenize(State(s): AppState, body: Bytes) -> Response {
+    (|| {
+        let l = s.loaded()?;
+        let o = request::parse_object(&body)?;
+        let n_vocab = l.engine.model.spec.hparams.n_vocab;
+        let ids = match o.get("tokens") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|t| match t.as_u64() {
+                    Some(id) if id < n_vocab as u64 => Ok(id as u32),
+                    _ => Err(ApiError::bad_request(format!(
+                        "'tokens' must hold token ids below {n_vocab}, got {t}"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => {
+                return Err(ApiError::bad_request(format!(
+                    "'tokens' must be an array, got {}",
+                    request::kind(v)
+                )))
+            }
+        };
+        let content = l.engine.tokenizer.decode(&ids, true);
+        Ok(ok(json!({ "content": content })))
+    })()
+    .unwrap_or_else(|e| e.into_response())
+}
+
+pub async fn props(State(s): AppState) -> Response {
+    let (n_ctx, template) = match s.loaded() {
+        Ok(l) => (
+            json!(l.n_ctx),
+            json!(l.engine.template.as_ref().map(|t| t.source().to_owned())),
+        ),
+        Err(_) => (Value::Null, Value::Null),
+    };
+    ok(json!({
+        "default_generation_settings": {
+            "n_ctx": n_ctx,
+            "params": {
+                "n_predict": s.config.n_predict,
+                "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+                "repeat_penalty": 1.0, "repeat_last_n": 64,
+                "frequency_penalty": 0.0, "presence_penalty": 0.0,
+                "seed": -1,
+            },
+        },
+        "total_slots": s.config.parallel,
+        "model_alias": model_name(&s),
+        "model_path": s.config.model.display().to_string(),
+        "chat_template": template,
+        "modalities": {"vision": false, "audio": false},
+        "build_info": fingerprint(),
+    }))
+}
+
+pub async fn slots(State(s): AppState) -> Response {
+    if !s.config.slots {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "This server does not support slots endpoint (started with --no-slots)",
+        )
+        .into_response();
+    }
+    let n_ctx = s.loaded().map(|l| l.n_ctx).ok();
+    // Requests run one at a time: only slot 0 is ever busy.
+    let busy = s.metrics.processing.load(Ordering::SeqCst);
+    let list: Vec<Value> = (0..s.config.parallel)
+        .map(|id| json!({"id": id, "n_ctx": n_ctx, "is_processing": busy && id == 0}))
+        .collect();
+    ok(Value::Array(list))
+}
+
+pub async fn metrics(State(s): AppState) -> Response {
+    if !s.config.metrics {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "This server does not support metrics endpoint (start it with --metrics)",
+        )
+        .into_response();
+    }
+    let m = &s.metrics;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (pt, pus, gt, gus) = (
+        get(&m.prompt_tokens),
+        get(&m.prompt_us),
+        get(&m.predicted_tokens),
+        get(&m.predicted_us),
+    );
+    let rate = |n: u64, us: u64| {
+        if us > 0 {
+            n as f64 * 1e6 / us as f64
+        } else {
+            0.0
+        }
+    };
+    let rows: [(&str, &str, &str, String); 8] = [
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed.",
+            pt.to_string(),
+        ),
+        (
+            "prompt_seconds_total",
+            "counter",
+            "Prompt process time",
+            (pus as f64 / 1e6).to_string(),
+        ),
+        (
+            "tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed.",
+            gt.to_string(),
+        ),
+        (
+            "tokens_predicted_seconds_total",
+            "counter",
+            "Predict process time",
+            (gus as f64 / 1e6).to_string(),
+        ),
+        (
+            "prompt_tokens_seconds",
+            "gauge",
+            "Average prompt throughput in tokens/s.",
+            rate(pt, pus).to_string(),
+        ),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Average generation throughput in tokens/s.",
+            rate(gt, gus).to_string(),
+        ),
+        (
+            "requests_processing",
+            "gauge",
+            "Number of requests processing.",
+            u8::from(m.processing.load(Ordering::SeqCst)).to_string(),
+        ),
+        (
+            "requests_deferred",
+            "gauge",
+            "Number of requests deferred.",
+            m.deferred.load(Ordering::SeqCst).to_string(),
+        ),
+    ];
+    let mut text = String::new();
+    for (name, kind, help, value) in rows {
+        text.push_str(&format!(
+            "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n"
+        ));
+    }
+    let mut r = (StatusCode::OK, text).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {}", uri.path()),
+    )
+    .into_response()
+}

@@ -1,0 +1,249 @@
+//! `kestrel serve`: an HTTP server with OpenAI's and llama-server's
+//! endpoints in front of one engine. This module owns the configuration,
+//! the listener (TCP, or a Unix socket for a host ending in `.sock`), the
+//! routes, API-key checks, the JSON shape of every error (including the
+//! router's own 404/405/413) and graceful shutdown; [`api`] owns the
+//! endpoints, [`request`] the parsing of request bodies, [`worker`] the
+//! engine thread and its queue.
+//!
+//! Requests are served one at a time from a bounded queue (no continuous
+//! batching yet).
+
+pub mod api;
+pub mod error;
+pub mod request;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::worker::{LoadState, Metrics, Shared};
+
+/// How `kestrel serve` was started.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub model: PathBuf,
+    pub host: String,
+    pub port: u16,
+    /// Context size; `None` = min(4096, the model's training context).
+    pub n_ctx: Option<usize>,
+    /// Slots reported by `/props` and `/slots` (requests still run one at a time).
+    pub parallel: usize,
+    pub threads: usize,
+    pub api_key: Option<String>,
+    pub metrics: bool,
+    pub slots: bool,
+    pub alias: Option<String>,
+    /// The most tokens a request may generate (negative = no limit).
+    pub n_predict: i64,
+    /// Requests that may wait for the engine; one more is a 503.
+    pub queue: usize,
+    pub backing: kestrel_gguf::Backing,
+}
+
+/// How long in-flight requests get after SIGINT/SIGTERM before the server exits.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The largest request body accepted (413 above).
+const MAX_BODY: usize = 8 << 20;
+
+/// Runs the server until SIGINT/SIGTERM; fails if the model cannot be loaded
+/// or the address cannot be bound.
+pub fn serve(config: ServeConfig) -> Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(run(config))
+}
+
+async fn run(config: ServeConfig) -> Result<()> {
+    let (queue, jobs) = std::sync::mpsc::sync_channel(config.queue);
+    let model = config.model.clone();
+    let shared = Arc::new(Shared {
+        config,
+        state: RwLock::new(LoadState::Loading),
+        queue,
+        shutdown: Default::default(),
+        metrics: Metrics::default(),
+    });
+    let app = router(shared.clone());
+    let cfg = &shared.config;
+
+    // Bind before loading, so that /health can say "Loading model".
+    let unix_path = cfg
+        .host
+        .ends_with(".sock")
+        .then(|| PathBuf::from(&cfg.host));
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
+    let start_engine = |shared: Arc<Shared>| {
+        std::thread::Builder::new()
+            .name("kestrel-engine".into())
+            .spawn(move || worker::run(shared, jobs, model, loaded_tx))
+            .context("starting the engine thread")
+    };
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let shutdown = {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        async move {
+            signal().await;
+            eprintln!("shutting down: cancelling generation, closing connections");
+            shared.shutdown.store(true, Ordering::SeqCst);
+            stop.notify_one();
+        }
+    };
+    let server = async {
+        match &unix_path {
+            Some(path) => {
+                remove_stale_socket(path);
+                let listener = tokio::net::UnixListener::bind(path)
+                    .with_context(|| format!("binding the Unix socket {}", path.display()))?;
+                eprintln!("listening on unix:{}", path.display());
+                start_engine(shared.clone())?;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .context("serving")
+            }
+            None => {
+                let addr = (cfg.host.as_str(), cfg.port);
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
+                eprintln!("listening on http://{}", listener.local_addr()?);
+                start_engine(shared.clone())?;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .context("serving")
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = server => r,
+        Ok(Err(e)) = loaded_rx => Err(anyhow::anyhow!("{e}")),
+        _ = async { stop.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            eprintln!("shutdown: connections still open after {SHUTDOWN_GRACE:?}; exiting");
+            Ok(())
+        }
+    };
+    if let Some(path) = unix_path {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+/// Removes a socket file left by a server that died without cleaning up
+/// (nothing accepts on it), so that binding works; anything else at the
+/// path is left alone and binding reports it.
+fn remove_stale_socket(path: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("warning: cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/health", get(api::health))
+        .route("/v1/health", get(api::health))
+        .route("/v1/models", get(api::models))
+        .route("/models", get(api::models))
+        .route("/v1/chat/completions", post(api::chat_completions))
+        .route("/chat/completions", post(api::chat_completions))
+        .route("/v1/completions", post(api::completions))
+        .route("/completions", post(api::completions))
+        .route("/completion", post(api::completion))
+        .route("/tokenize", post(api::tokenize))
+        .route("/detokenize", post(api::detokenize))
+        .route("/props", get(api::props))
+        .route("/slots", get(api::slots))
+        .route("/metrics", get(api::metrics))
+        .fallback(api::not_found)
+        .layer(middleware::from_fn_with_state(shared.clone(), auth))
+        .layer(middleware::from_fn(json_errors))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(shared)
+}
+
+/// Endpoints that answer without an API key, as llama-server's.
+const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+
+/// Checks `Authorization: Bearer KEY` (or `X-Api-Key: KEY`) when the server
+/// has a key.
+async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.config.api_key {
+        if !PUBLIC.contains(&req.uri().path()) {
+            let h = req.headers();
+            let given = h
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
+            if given.map(str::trim) != Some(key.as_str()) {
+                return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API Key").into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// Gives the router's own error answers (405, 413, ...) the JSON error shape.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    let status = r.status();
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        let (parts, body) = r.into_parts();
+        let detail = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+        let detail = String::from_utf8_lossy(&detail);
+        let reason = status.canonical_reason().unwrap_or("error");
+        let message = if detail.trim().is_empty() {
+            reason.to_owned()
+        } else {
+            format!("{reason}: {}", detail.trim())
+        };
+        let mut out = ApiError::new(status, message).into_response();
+        // Keep headers such as Allow on a 405.
+        for (k, v) in parts.headers.iter() {
+            if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+                out.headers_mut().insert(k.clone(), v.clone());
+            }
+        }
+        return out;
+    }
+    r
+}

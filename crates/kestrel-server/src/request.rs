@@ -1,0 +1,571 @@
+//! Request bodies: JSON checked field by field, so that a wrong type or an
+//! out-of-range value gets a 400 that names the field, and the generation
+//! parameters are built the same way for every endpoint.
+
+use kestrel_engine::{Engine, GenerateParams};
+use kestrel_sampling::SamplerParams;
+use kestrel_tokenizer::chat::ChatMessage;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+type Obj = Map<String, Value>;
+
+/// Parses a body that must be a JSON object.
+pub fn parse_object(body: &[u8]) -> Result<Obj, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    match v {
+        Value::Object(m) => Ok(m),
+        other => Err(ApiError::bad_request(format!(
+            "the body must be a JSON object, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
+/// A JSON value's kind, for error messages.
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn wrong(name: &str, want: &str, got: &Value) -> ApiError {
+    ApiError::bad_request(format!("'{name}' must be {want}, got {}", kind(got)))
+}
+
+/// A present, non-null field.
+fn field<'a>(o: &'a Obj, name: &str) -> Option<&'a Value> {
+    o.get(name).filter(|v| !v.is_null())
+}
+
+pub fn get_bool(o: &Obj, name: &str) -> Result<Option<bool>, ApiError> {
+    field(o, name)
+        .map(|v| v.as_bool().ok_or_else(|| wrong(name, "a boolean", v)))
+        .transpose()
+}
+
+pub fn get_str<'a>(o: &'a Obj, name: &str) -> Result<Option<&'a str>, ApiError> {
+    field(o, name)
+        .map(|v| v.as_str().ok_or_else(|| wrong(name, "a string", v)))
+        .transpose()
+}
+
+/// A number within `lo..=hi`.
+fn get_f32(o: &Obj, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+    let Some(v) = field(o, name) else {
+        return Ok(None);
+    };
+    let x = v.as_f64().ok_or_else(|| wrong(name, "a number", v))?;
+    if !(f64::from(lo)..=f64::from(hi)).contains(&x) {
+        return Err(ApiError::bad_request(format!(
+            "'{name}' must be between {lo} and {hi}, got {x}"
+        )));
+    }
+    Ok(Some(x as f32))
+}
+
+/// An integer within `lo..=hi`.
+pub fn get_int(o: &Obj, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    let Some(v) = field(o, name) else {
+        return Ok(None);
+    };
+    let x = match v.as_i64() {
+        Some(x) => x,
+        // 3.0 is an integer to most JSON writers; 3.5 is not.
+        None => match v.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
+            _ => return Err(wrong(name, "an integer", v)),
+        },
+    };
+    if !(lo..=hi).contains(&x) {
+        return Err(ApiError::bad_request(format!(
+            "'{name}' must be between {lo} and {hi}, got {x}"
+        )));
+    }
+    Ok(Some(x))
+}
+
+/// Which endpoint a request came to; decides field names and defaults.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Api {
+    Chat,
+    Completions,
+    /// llama-server's `/completion`.
+    Llama,
+}
+
+/// Everything a generation request asks for, beyond the prompt.
+#[derive(Debug)]
+pub struct GenRequest {
+    pub params: GenerateParams,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// How many alternatives to report per token, when logprobs are asked for.
+    pub logprobs: Option<usize>,
+}
+
+/// Rejects what this server does not do yet, with a message that says so.
+pub fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
+    if let Some(n) = get_int(o, "n", i64::MIN, i64::MAX)? {
+        if n != 1 {
+            return Err(ApiError::bad_request(format!(
+                "'n' must be 1 (one choice per request), got {n}"
+            )));
+        }
+    }
+    if let Some(rf) = field(o, "response_format") {
+        let t = rf
+            .as_object()
+            .ok_or_else(|| wrong("response_format", "an object", rf))?
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match t {
+            "text" => {}
+            "json_object" | "json_schema" => {
+                return Err(ApiError::bad_request(format!(
+                    "response_format '{t}' is not supported yet"
+                )))
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown response_format type {other:?}"
+                )))
+            }
+        }
+    }
+    for name in ["tools", "functions"] {
+        if let Some(v) = field(o, name) {
+            if v.as_array().is_none_or(|a| !a.is_empty()) {
+                return Err(ApiError::bad_request(format!(
+                    "'{name}' (tool calling) is not supported yet"
+                )));
+            }
+        }
+    }
+    for name in ["json_schema", "grammar"] {
+        if field(o, name).is_some() {
+            return Err(ApiError::bad_request(format!(
+                "'{name}' is not supported yet"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The generation parameters of a request. `server_n_predict` is the
+/// server's `-n` (negative = no limit); a request cannot ask for more.
+pub fn gen_request(
+    o: &Obj,
+    api: Api,
+    engine: &Engine,
+    n_ctx: usize,
+    server_n_predict: i64,
+) -> Result<GenRequest, ApiError> {
+    check_unsupported(o)?;
+    if let Some(m) = field(o, "model") {
+        m.as_str().ok_or_else(|| wrong("model", "a string", m))?;
+    }
+    let mut n_predict = -1i64;
+    for name in ["n_predict", "max_tokens", "max_completion_tokens"] {
+        if let Some(n) = get_int(o, name, -1, i64::from(u32::MAX))? {
+            n_predict = n;
+        }
+    }
+    if server_n_predict >= 0 && (n_predict < 0 || n_predict > server_n_predict) {
+        n_predict = server_n_predict;
+    }
+    let d = SamplerParams::default();
+    let seed = match get_int(o, "seed", -1, i64::MAX)? {
+        None | Some(-1) => d.seed,
+        Some(s) => s as u64,
+    };
+    let n_vocab = engine.model.spec.hparams.n_vocab;
+    let sampler = SamplerParams {
+        temperature: get_f32(o, "temperature", 0.0, 100.0)?.unwrap_or(d.temperature),
+        top_k: get_int(o, "top_k", 0, i64::from(i32::MAX))?.map_or(d.top_k, |k| k as i32),
+        top_p: get_f32(o, "top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
+        min_p: get_f32(o, "min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
+        seed,
+        repeat_penalty: get_f32(o, "repeat_penalty", f32::MIN_POSITIVE, 100.0)?
+            .unwrap_or(d.repeat_penalty),
+        repeat_last_n: get_int(o, "repeat_last_n", -1, i64::from(i32::MAX))?
+            .map_or(d.repeat_last_n, |n| n as i32),
+        frequency_penalty: get_f32(o, "frequency_penalty", -2.0, 2.0)?
+            .unwrap_or(d.frequency_penalty),
+        presence_penalty: get_f32(o, "presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
+        logit_bias: logit_bias(o, n_vocab)?,
+    };
+    let stop = match field(o, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| wrong("stop[]", "a string", v))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
+    };
+    let stream = get_bool(o, "stream")?.unwrap_or(false);
+    let include_usage = match field(o, "stream_options") {
+        None => false,
+        Some(Value::Object(so)) => get_bool(so, "include_usage")?.unwrap_or(false),
+        Some(v) => return Err(wrong("stream_options", "an object", v)),
+    };
+    get_bool(o, "cache_prompt")?; // accepted; there is no prompt cache yet
+    let logprobs = match api {
+        Api::Chat => {
+            let top = get_int(o, "top_logprobs", 0, 20)?;
+            match get_bool(o, "logprobs")? {
+                Some(true) => Some(top.unwrap_or(0) as usize),
+                _ if top.is_some_and(|t| t > 0) => {
+                    return Err(ApiError::bad_request(
+                        "'top_logprobs' needs 'logprobs': true",
+                    ))
+                }
+                _ => None,
+            }
+        }
+        Api::Completions => get_int(o, "logprobs", 0, 20)?.map(|n| n as usize),
+        Api::Llama => get_int(o, "n_probs", 0, 100)?
+            .filter(|&n| n > 0)
+            .map(|n| n as usize),
+    };
+    let params = GenerateParams {
+        n_predict,
+        n_ctx,
+        sampler,
+        ignore_eos: get_bool(o, "ignore_eos")?.unwrap_or(false),
+        stop,
+        // The engine reports the chosen token's logprob only with at least
+        // one alternative; extra alternatives are cut when formatting.
+        n_probs: logprobs.map_or(0, |n| n.max(1)),
+        pipelined: true,
+    };
+    Ok(GenRequest {
+        params,
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+/// OpenAI's `{"token id": bias}` or llama-server's `[[id, bias], ...]`, where
+/// a bias of `false` bans the token.
+fn logit_bias(o: &Obj, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let check_id = |id: i64| -> Result<u32, ApiError> {
+        if id < 0 || id as u64 >= n_vocab as u64 {
+            return Err(ApiError::bad_request(format!(
+                "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        Ok(id as u32)
+    };
+    let bias = |v: &Value| -> Result<f32, ApiError> {
+        match v {
+            Value::Bool(false) => Ok(f32::NEG_INFINITY),
+            Value::Number(n) => n
+                .as_f64()
+                .filter(|b| b.is_finite() && b.abs() <= 1e6)
+                .map(|b| b as f32)
+                .ok_or_else(|| ApiError::bad_request("logit_bias: bias out of range")),
+            other => Err(wrong("logit_bias value", "a number or false", other)),
+        }
+    };
+    match field(o, "logit_bias") {
+        None => Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                let id: i64 = k.trim().parse().map_err(|_| {
+                    ApiError::bad_request(format!("logit_bias: {k:?} is not a token id"))
+                })?;
+                Ok((check_id(id)?, bias(v)?))
+            })
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                Some([id, b]) => {
+                    let id = id
+                        .as_i64()
+                        .ok_or_else(|| wrong("logit_bias token id", "an integer", id))?;
+                    Ok((check_id(id)?, bias(b)?))
+                }
+                _ => Err(ApiError::bad_request(
+                    "logit_bias entries must be [token_id, bias] pairs",
+                )),
+            })
+            .collect(),
+        Some(v) => Err(wrong("logit_bias", "an object or an array", v)),
+    }
+}
+
+/// The conversation of a chat request: a non-empty array of messages with
+/// known roles and text content (a string or an array of text parts).
+pub fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
+    let v = o
+        .get("messages")
+        .ok_or_else(|| ApiError::bad_request("'messages' is required"))?;
+    let list = v
+        .as_array()
+        .ok_or_else(|| wrong("messages", "an array", v))?;
+    if list.is_empty() {
+        return Err(ApiError::bad_request("'messages' must not be empty"));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let m = m
+                .as_object()
+                .ok_or_else(|| wrong(&format!("messages[{i}]"), "an object", m))?;
+            let role = match m.get("role") {
+                Some(Value::String(r)) => r.as_str(),
+                Some(other) => return Err(wrong(&format!("messages[{i}].role"), "a string", other)),
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "messages[{i}] has no 'role'"
+                    )))
+                }
+            };
+            let role = match role {
+                "system" | "user" | "assistant" => role,
+                // OpenAI's newer name for system instructions.
+                "developer" => "system",
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "messages[{i}]: unknown role {other:?} (expected system, developer, user or assistant)"
+                    )))
+                }
+            };
+            let content = match m.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => {
+                    let mut text = String::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        let at = format!("messages[{i}].content[{j}]");
+                        let p = p.as_object().ok_or_else(|| wrong(&at, "an object", p))?;
+                        match p.get("type").and_then(Value::as_str) {
+                            Some("text") => match p.get("text") {
+                                Some(Value::String(t)) => text.push_str(t),
+                                Some(other) => {
+                                    return Err(wrong(&format!("{at}.text"), "a string", other))
+                                }
+                                None => {
+                                    return Err(ApiError::bad_request(format!(
+                                        "{at} has no 'text'"
+                                    )))
+                                }
+                            },
+                            Some(t) => {
+                                return Err(ApiError::bad_request(format!(
+                                    "{at}: content parts of type {t:?} are not supported (only text)"
+                                )))
+                            }
+                            None => {
+                                return Err(ApiError::bad_request(format!(
+                                    "{at} has no 'type'"
+                                )))
+                            }
+                        }
+                    }
+                    text
+                }
+                Some(other) => {
+                    return Err(wrong(
+                        &format!("messages[{i}].content"),
+                        "a string or an array of text parts",
+                        other,
+                    ))
+                }
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "messages[{i}] has no 'content'"
+                    )))
+                }
+            };
+            Ok(ChatMessage {
+                role: role.to_owned(),
+                content,
+            })
+        })
+        .collect()
+}
+
+/// The prompt of a completion request as tokens: a string (tokenized with
+/// BOS as the vocabulary asks), a one-element array of a string, or token
+/// ids (used as given).
+pub fn prompt_tokens(o: &Obj, engine: &Engine) -> Result<Vec<u32>, ApiError> {
+    let v = o
+        .get("prompt")
+        .ok_or_else(|| ApiError::bad_request("'prompt' is required"))?;
+    let n_vocab = engine.model.spec.hparams.n_vocab;
+    let ids = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
+        a.iter()
+            .map(|t| match t.as_u64() {
+                Some(id) if id < n_vocab as u64 => Ok(id as u32),
+                Some(id) => Err(ApiError::bad_request(format!(
+                    "prompt: token id {id} is outside the vocabulary of {n_vocab}"
+                ))),
+                None => Err(ApiError::bad_request(format!(
+                    "prompt: an array prompt must hold token ids (non-negative integers) or one string, got {}",
+                    kind(t)
+                ))),
+            })
+            .collect()
+    };
+    let tokens = match v {
+        Value::String(s) => engine.tokenize_prompt(s),
+        Value::Array(a) => match a.as_slice() {
+            [Value::String(s)] => engine.tokenize_prompt(s),
+            [Value::Array(inner)] => ids(inner)?,
+            [_, _, ..] if a.iter().all(Value::is_string) => {
+                return Err(ApiError::bad_request(
+                    "several prompts in one request are not supported yet",
+                ))
+            }
+            _ => ids(a)?,
+        },
+        other => {
+            return Err(wrong(
+                "prompt",
+                "a string, an array of strings or an array of token ids",
+                other,
+            ))
+        }
+    };
+    Ok(tokens)
+}
+
+/// A prompt that the generation can take: not empty, and shorter than the
+/// context (one slot is needed for the first generated token).
+pub fn check_prompt_len(tokens: &[u32], n_ctx: usize) -> Result<(), ApiError> {
+    if tokens.is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    if tokens.len() >= n_ctx {
+        return Err(ApiError::bad_request(format!(
+            "the prompt has {} tokens, which does not fit the context of {n_ctx} tokens",
+            tokens.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Obj {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn body_must_be_a_json_object() {
+        assert!(parse_object(b"{\"a\":1}").is_ok());
+        for bad in [&b""[..], b"{", b"[1]", b"\"x\"", b"null", b"\xff\xfe"] {
+            let e = parse_object(bad).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+        }
+    }
+
+    #[test]
+    fn integers_and_ranges_name_the_field() {
+        let o = obj(json!({"a": 3, "b": 3.0, "c": 3.5, "d": "3", "e": 99}));
+        assert_eq!(get_int(&o, "a", 0, 10).unwrap(), Some(3));
+        assert_eq!(get_int(&o, "b", 0, 10).unwrap(), Some(3));
+        assert_eq!(get_int(&o, "missing", 0, 10).unwrap(), None);
+        assert!(get_int(&o, "c", 0, 10).unwrap_err().message.contains("'c'"));
+        assert!(get_int(&o, "d", 0, 10)
+            .unwrap_err()
+            .message
+            .contains("got a string"));
+        assert!(get_int(&o, "e", 0, 10)
+            .unwrap_err()
+            .message
+            .contains("between 0 and 10"));
+        let o = obj(json!({"t": 1e300, "u": null}));
+        assert!(get_f32(&o, "t", 0.0, 100.0).is_err());
+        assert_eq!(get_f32(&o, "u", 0.0, 1.0).unwrap(), None);
+    }
+
+    #[test]
+    fn messages_accept_strings_and_text_parts() {
+        let o = obj(json!({"messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},
+        ]}));
+        let m = messages(&o).unwrap();
+        assert_eq!(m[0].role, "system");
+        assert_eq!(m[1].content, "Hello");
+        for bad in [
+            json!({"messages": []}),
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+            json!({"messages": [{"role": 1, "content": "x"}]}),
+            json!({}),
+        ] {
+            assert_eq!(messages(&obj(bad)).unwrap_err().status.as_u16(), 400);
+        }
+    }
+
+    #[test]
+    fn unsupported_features_say_so() {
+        for (v, want) in [
+            (json!({"n": 3}), "'n' must be 1"),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "not supported yet",
+            ),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "not supported yet",
+            ),
+            (json!({"grammar": "root ::= x"}), "not supported yet"),
+        ] {
+            let e = check_unsupported(&obj(v)).unwrap_err();
+            assert!(e.message.contains(want), "{}", e.message);
+        }
+        let fine = json!({"n": 1, "tools": [], "response_format": {"type": "text"}});
+        assert!(check_unsupported(&obj(fine)).is_ok());
+    }
+
+    #[test]
+    fn logit_bias_in_both_shapes() {
+        let o = obj(json!({"logit_bias": {"5": -1.5, "7": false}}));
+        let mut b = logit_bias(&o, 10).unwrap();
+        b.sort_by_key(|p| p.0);
+        assert_eq!(b, vec![(5, -1.5), (7, f32::NEG_INFINITY)]);
+        let o = obj(json!({"logit_bias": [[3, 2.0]]}));
+        assert_eq!(logit_bias(&o, 10).unwrap(), vec![(3, 2.0)]);
+        for bad in [
+            json!({"logit_bias": {"10": 1}}),
+            json!({"logit_bias": {"x": 1}}),
+            json!({"logit_bias": [[1]]}),
+            json!({"logit_bias": 3}),
+            json!({"logit_bias": {"1": "big"}}),
+        ] {
+            assert!(logit_bias(&obj(bad), 10).is_err());
+        }
+    }
+
+    #[test]
+    fn prompt_length_names_both_numbers() {
+        assert!(check_prompt_len(&[1, 2], 3).is_ok());
+        let e = check_prompt_len(&[1, 2, 3], 3).unwrap_err();
+        assert!(e.message.contains('3') && e.message.contains("context of 3"));
+        assert!(check_prompt_len(&[], 3).is_err());
+    }
+}
