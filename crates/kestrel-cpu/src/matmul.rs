@@ -4,8 +4,8 @@
 
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
-    dot2_kernel, dot4_kernel, dot_kernel, dot_path, dot_rows4_kernel, quantize_activations,
-    row_bytes, vec_dot_type, Chunk32, Dot4, VecDotFn,
+    dot4_kernel, dot_kernel, dot_path, dot_rows4_kernel, quantize_activations, row_bytes,
+    vec_dot_type, Chunk32, Dot4, VecDotFn,
 };
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -180,24 +180,12 @@ fn rows_into(
         let path = dot_path(w.ty, w.rows, 0, 1);
         let q = (r1 - r0) / 4;
         let at = |k: usize| r0 + k;
-        let four = dot_rows4_kernel(path, w.ty);
-        let two = dot2_kernel(path, w.ty);
-        let quad = |rows: [&[u8]; 4]| -> Option<[f32; 4]> {
-            if let Some(f) = four {
-                return Some(f(rows, &acts[0]));
-            }
-            let f = two?;
-            let [a, b] = f(rows[0], rows[1], &acts[0]);
-            let [c, d] = f(rows[2], rows[3], &acts[0]);
-            Some([a, b, c, d])
-        };
-        if four.is_some() || two.is_some() {
+        if let Some(four) = dot_rows4_kernel(path, w.ty) {
             for k in 0..q {
                 let rows = [at(k), at(q + k), at(2 * q + k), at(3 * q + k)];
-                if let Some(v) = quad(rows.map(row)) {
-                    for (r, v) in rows.into_iter().zip(v) {
-                        out[r - r0] = v;
-                    }
+                let v = four(rows.map(row), &acts[0]);
+                for (r, v) in rows.into_iter().zip(v) {
+                    out[r - r0] = v;
                 }
             }
             for r in r0 + 4 * q..r1 {
