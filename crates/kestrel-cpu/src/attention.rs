@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use rayon::ThreadPool;
 
 /// ggml switches to its tiled f32 kernel at this many query rows.
-const TILED_MIN_QUERIES: usize = 64;
+pub const TILED_MIN_QUERIES: usize = 64;
 
 /// Below about this many multiply-adds a call runs on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 17;
@@ -72,6 +72,56 @@ pub fn attend(
         });
     }
     out
+}
+
+/// One sequence's part of [`attend_batch`]: its query rows (as for
+/// [`attend`]) and its own cache.
+pub struct AttnItem<'a> {
+    pub q: &'a [f32],
+    pub kc: &'a [u16],
+    pub vc: &'a [u16],
+    pub pos0: usize,
+    pub n_tok: usize,
+}
+
+/// [`attend`] for several sequences at once, with the same results for each.
+/// Short query batches (decode) go out as one parallel loop over every
+/// (sequence, query row, head): one hand-off to the workers per layer
+/// instead of one per sequence, which for a few decoding sequences cost
+/// more than their attention did. Batches of 64+ queries take the tiled path
+/// one sequence at a time (each already splits well).
+pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) -> Vec<Vec<f32>> {
+    let dv = s.head_dim_v;
+    let mut outs: Vec<Vec<f32>> = items
+        .iter()
+        .map(|it| {
+            if it.n_tok >= TILED_MIN_QUERIES {
+                attend_tiled(s, it.q, it.kc, it.vc, it.pos0, it.n_tok, pool)
+            } else {
+                vec![0f32; it.n_tok * s.n_head * dv]
+            }
+        })
+        .collect();
+    let mut tasks: Vec<(&AttnItem<'_>, usize, usize, &mut [f32])> = Vec::new();
+    let mut work = 0;
+    for (it, out) in items.iter().zip(outs.iter_mut()) {
+        if it.n_tok >= TILED_MIN_QUERIES {
+            continue;
+        }
+        work += it.n_tok * s.n_head * (it.pos0 + it.n_tok) * (s.head_dim_k + dv);
+        for (i, d) in out.chunks_exact_mut(dv).enumerate() {
+            tasks.push((it, i / s.n_head, i % s.n_head, d));
+        }
+    }
+    let one = |(it, t, h, d): (&AttnItem<'_>, usize, usize, &mut [f32])| {
+        head_dispatch(s, it.q, it.kc, it.vc, it.pos0, t, h, d)
+    };
+    if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
+        tasks.into_iter().for_each(one);
+    } else {
+        pool.install(|| tasks.into_par_iter().for_each(one));
+    }
+    outs
 }
 
 /// [`head`], compiled with AVX2/FMA where the CPU has them (its running sum

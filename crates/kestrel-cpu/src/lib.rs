@@ -7,6 +7,7 @@ pub mod matmul;
 pub mod ops;
 mod profile;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -90,6 +91,15 @@ impl KvCache {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
+}
+
+/// One sequence's part of a batched forward pass: its new tokens, the
+/// position of the first, its cache and which logits it wants.
+pub struct SeqInput<'a> {
+    pub tokens: &'a [u32],
+    pub pos0: usize,
+    pub cache: &'a mut KvCache,
+    pub logits: Logits,
 }
 
 /// Which logits a forward pass returns.
@@ -324,8 +334,8 @@ impl CpuModel {
         }
     }
 
-    fn mm(&self, w: &Weight, x: &[f32], n_tok: usize) -> Vec<f32> {
-        let [out] = self.mm_shared([w], x, n_tok);
+    fn mm(&self, w: &Weight, x: &[f32], seqs: &[Range<usize>]) -> Vec<f32> {
+        let [out] = self.mm_shared([w], x, seqs);
         out
     }
 
@@ -345,8 +355,9 @@ impl CpuModel {
         &self,
         ws: [&Weight; N],
         x: &[f32],
-        n_tok: usize,
+        seqs: &[Range<usize>],
     ) -> [Vec<f32>; N] {
+        let n_tok = seqs.last().map_or(0, |s| s.end);
         let t0 = self.profiler.tick();
         let mut cache: Vec<(GgmlType, Vec<Vec<u8>>)> = Vec::new();
         for w in ws {
@@ -367,6 +378,7 @@ impl CpuModel {
                 Product {
                     w: self.mat(w),
                     acts,
+                    seqs,
                     out,
                 }
             })
@@ -393,6 +405,24 @@ impl CpuModel {
         cache: &mut KvCache,
         which: Logits,
     ) -> Vec<f32> {
+        let mut seqs = [SeqInput {
+            tokens,
+            pos0,
+            cache,
+            logits: which,
+        }];
+        self.forward_batch(&mut seqs).pop().expect("one sequence")
+    }
+
+    /// One pass over several sequences, each with its own cache: every
+    /// weight product runs once over all their tokens (each weight row is
+    /// read once per step however many sequences decode), attention runs per
+    /// sequence. Returns each sequence's logits, in order. A row's result
+    /// does not depend on the other rows of the batch: the products treat
+    /// token rows independently and attention never mixes sequences, so a
+    /// sequence gets the same bits batched as alone. The caller keeps every
+    /// sequence non-empty and within its cache, as for [`CpuModel::forward`].
+    pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
         // The whole pass runs on a pool worker: its parallel ops then split
         // work in place (the other workers steal it) instead of waking a
         // worker and putting this thread to sleep for every op.
@@ -400,9 +430,9 @@ impl CpuModel {
             #[cfg(target_arch = "x86_64")]
             if kestrel_quant::avx2_in_use() {
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-                return unsafe { self.forward_avx2(tokens, pos0, cache, which) };
+                return unsafe { self.forward_avx2(seqs) };
             }
-            self.forward_impl(tokens, pos0, cache, which)
+            self.forward_impl(seqs)
         })
     }
 
@@ -411,30 +441,38 @@ impl CpuModel {
     /// instead of a libm call. Same operations, same bits.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_avx2(
-        &self,
-        tokens: &[u32],
-        pos0: usize,
-        cache: &mut KvCache,
-        which: Logits,
-    ) -> Vec<f32> {
-        self.forward_impl(tokens, pos0, cache, which)
+    unsafe fn forward_avx2(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+        self.forward_impl(seqs)
     }
 
     #[inline(always)]
-    fn forward_impl(
-        &self,
-        tokens: &[u32],
-        pos0: usize,
-        cache: &mut KvCache,
-        which: Logits,
-    ) -> Vec<f32> {
+    fn forward_impl(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
         let hp = &self.spec.hparams;
         let blk = &self.spec.block;
+        assert!(!seqs.is_empty(), "forward needs at least one sequence");
+        // Row t of the batch is token `tokens[t]` at position `pos[t]`;
+        // sequence i owns rows `spans[i]`.
+        let mut tokens = Vec::new();
+        let mut pos = Vec::new();
+        let mut spans = Vec::with_capacity(seqs.len());
+        for s in seqs.iter() {
+            assert!(!s.tokens.is_empty(), "forward needs at least one token");
+            assert!(s.pos0 + s.tokens.len() <= s.cache.n_ctx, "context overflow");
+            spans.push(tokens.len()..tokens.len() + s.tokens.len());
+            tokens.extend_from_slice(s.tokens);
+            pos.extend(s.pos0..s.pos0 + s.tokens.len());
+        }
         let mut n_tok = tokens.len();
-        assert!(n_tok > 0, "forward needs at least one token");
-        assert!(pos0 + n_tok <= cache.n_ctx, "context overflow");
         let e = hp.n_embd;
+        // The rows whose logits are wanted.
+        let keep: Vec<usize> = seqs
+            .iter()
+            .zip(&spans)
+            .flat_map(|(s, span)| match s.logits {
+                Logits::Last => span.end - 1..span.end,
+                Logits::All => span.clone(),
+            })
+            .collect();
 
         let prof = &self.profiler;
         let t0 = prof.tick();
@@ -470,7 +508,7 @@ impl CpuModel {
             norm_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h[..n_tok * e], e);
             prof.tock(t0, "norm", 0);
             let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
-                let qkv = self.mm(wqkv, &h, n_tok);
+                let qkv = self.mm(wqkv, &h, &spans);
                 let w = q_dim + k_dim + v_dim;
                 let mut q = Vec::with_capacity(n_tok * q_dim);
                 let mut k = Vec::with_capacity(n_tok * k_dim);
@@ -489,7 +527,7 @@ impl CpuModel {
                         layer.wv.as_ref().expect("bound"),
                     ],
                     &h,
-                    n_tok,
+                    &spans,
                 );
                 (q, k, v)
             };
@@ -517,8 +555,8 @@ impl CpuModel {
             let swa = hp.swa_layers[il];
             let base = if swa { hp.rope_base_swa } else { hp.rope_base };
             let freq_scale = if swa { 1.0 } else { hp.rope_freq_scale };
-            for t in 0..n_tok {
-                ops::rope_cache(pos0 + t, hp.n_rot, base, freq_scale, &mut rope);
+            for (t, &p) in pos.iter().enumerate() {
+                ops::rope_cache(p, hp.n_rot, base, freq_scale, &mut rope);
                 for hd in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd_k) {
                     ops::rope_apply(hd, &rope, hp.n_rot, neox);
                 }
@@ -531,49 +569,66 @@ impl CpuModel {
             }
             prof.tock(t0, "rope", 0);
             let t0 = prof.tick();
-            // Store this batch's keys and values, then attend over the cache.
-            let kc = &mut cache.k[il];
-            let vc = &mut cache.v[il];
-            for t in 0..n_tok {
-                let p = pos0 + t;
-                kestrel_quant::f32_to_f16_row(
-                    &k[t * k_dim..(t + 1) * k_dim],
-                    &mut kc[p * cache.k_width..(p + 1) * cache.k_width],
-                );
-                kestrel_quant::f32_to_f16_row(
-                    &v[t * v_dim..(t + 1) * v_dim],
-                    &mut vc[p * cache.v_width..(p + 1) * cache.v_width],
-                );
-            }
+            // Store each sequence's keys and values, then attend over its cache.
             let scale = if blk.prescale_q { 1.0 } else { hp.attn_scale };
             let window = if swa { hp.sliding_window } else { 0 };
-            let attn = attention::attend(
-                &attention::AttnShape {
-                    n_head: hp.n_head,
-                    n_head_kv: hp.n_head_kv,
-                    head_dim_k: hd_k,
-                    head_dim_v: hd_v,
-                    scale,
-                    window,
-                },
-                &q,
-                &cache.k[il],
-                &cache.v[il],
-                pos0,
-                n_tok,
-                &self.pool,
-            );
+            let shape = attention::AttnShape {
+                n_head: hp.n_head,
+                n_head_kv: hp.n_head_kv,
+                head_dim_k: hd_k,
+                head_dim_v: hd_v,
+                scale,
+                window,
+            };
+            for (s, span) in seqs.iter_mut().zip(&spans) {
+                let cache = &mut *s.cache;
+                let (kw, vw) = (cache.k_width, cache.v_width);
+                let kc = &mut cache.k[il];
+                let vc = &mut cache.v[il];
+                for (j, t) in span.clone().enumerate() {
+                    let p = s.pos0 + j;
+                    kestrel_quant::f32_to_f16_row(
+                        &k[t * k_dim..(t + 1) * k_dim],
+                        &mut kc[p * kw..(p + 1) * kw],
+                    );
+                    kestrel_quant::f32_to_f16_row(
+                        &v[t * v_dim..(t + 1) * v_dim],
+                        &mut vc[p * vw..(p + 1) * vw],
+                    );
+                }
+            }
+            let items: Vec<attention::AttnItem<'_>> = seqs
+                .iter()
+                .zip(&spans)
+                .map(|(s, span)| attention::AttnItem {
+                    q: &q[span.start * q_dim..span.end * q_dim],
+                    kc: &s.cache.k[il],
+                    vc: &s.cache.v[il],
+                    pos0: s.pos0,
+                    n_tok: span.len(),
+                })
+                .collect();
+            let attn = attention::attend_batch(&shape, &items, &self.pool).concat();
             prof.tock(t0, "attention", 0);
-            let mut o = self.mm(&layer.wo, &attn, n_tok);
+            let mut o = self.mm(&layer.wo, &attn, &spans);
             let t0 = prof.tick();
             // As llama.cpp, the last layer carries on with only the rows whose
             // logits are wanted: its feed-forward products then see the same
             // batch shape (and so take the same kernels) as the peer's.
-            if il + 1 == self.layers.len() && which == Logits::Last && n_tok > 1 {
-                o.drain(..(n_tok - 1) * e);
-                x.drain(..(n_tok - 1) * e);
-                h.truncate(e);
-                n_tok = 1;
+            if il + 1 == self.layers.len() && keep.len() < n_tok {
+                o = gather_rows(&o, &keep, e);
+                x = gather_rows(&x, &keep, e);
+                n_tok = keep.len();
+                h.truncate(n_tok * e);
+                let mut at = 0;
+                for (s, span) in seqs.iter().zip(spans.iter_mut()) {
+                    let rows = match s.logits {
+                        Logits::Last => 1,
+                        Logits::All => span.len(),
+                    };
+                    *span = at..at + rows;
+                    at += rows;
+                }
             }
             if let Some(pn) = &layer.post_attn_norm {
                 o.chunks_exact_mut(e)
@@ -586,11 +641,11 @@ impl CpuModel {
             let n_ff = hp.n_ff;
             let (gate, up) = match &layer.ffn_gate {
                 Some(g) => {
-                    let [g, u] = self.mm_shared([g, &layer.ffn_up], &h, n_tok);
+                    let [g, u] = self.mm_shared([g, &layer.ffn_up], &h, &spans);
                     (g, u)
                 }
                 None => {
-                    let gu = self.mm(&layer.ffn_up, &h, n_tok);
+                    let gu = self.mm(&layer.ffn_up, &h, &spans);
                     let mut g = Vec::with_capacity(n_tok * n_ff);
                     let mut u = Vec::with_capacity(n_tok * n_ff);
                     for row in gu.chunks_exact(2 * n_ff) {
@@ -612,7 +667,7 @@ impl CpuModel {
                 .with_min_len(PAR_ROWS)
                 .for_each(|(y, (g, u))| glu(g, u, y));
             prof.tock(t0, "activation", 0);
-            let mut d = self.mm(&layer.ffn_down, &act, n_tok);
+            let mut d = self.mm(&layer.ffn_down, &act, &spans);
             let t0 = prof.tick();
             if let Some(pn) = &layer.post_ffn_norm {
                 d.chunks_exact_mut(e)
@@ -622,23 +677,39 @@ impl CpuModel {
             prof.tock(t0, "norm", 0);
         }
 
-        // After the last layer `x` holds only the wanted rows.
-        let rows: Vec<usize> = (0..n_tok).collect();
-        let mut normed = vec![0f32; rows.len() * e];
-        for (i, &t) in rows.iter().enumerate() {
-            ops::rms_norm(
-                &x[t * e..(t + 1) * e],
-                &self.output_norm,
-                hp.rms_eps,
-                &mut normed[i * e..(i + 1) * e],
-            );
+        // After the last layer `x` holds only the wanted rows, in order.
+        let mut normed = vec![0f32; n_tok * e];
+        for (xr, yr) in x.chunks_exact(e).zip(normed.chunks_exact_mut(e)) {
+            ops::rms_norm(xr, &self.output_norm, hp.rms_eps, yr);
         }
-        let mut logits = self.mm(&self.output, &normed, rows.len());
+        let mut logits = self.mm(&self.output, &normed, &spans);
         if hp.final_logit_softcap > 0.0 {
             ops::softcap(&mut logits, hp.final_logit_softcap);
         }
-        logits
+        let nv = self.output.rows;
+        let mut rest = &logits[..];
+        seqs.iter()
+            .zip(&spans)
+            .map(|(s, span)| {
+                let rows = match s.logits {
+                    Logits::Last => 1,
+                    Logits::All => span.len(),
+                };
+                let (mine, tail) = rest.split_at(rows * nv);
+                rest = tail;
+                mine.to_vec()
+            })
+            .collect()
     }
+}
+
+/// The rows `keep` (ascending indices) of a batch of `e`-wide rows.
+fn gather_rows(x: &[f32], keep: &[usize], e: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(keep.len() * e);
+    for &r in keep {
+        out.extend_from_slice(&x[r * e..(r + 1) * e]);
+    }
+    out
 }
 
 /// Rows per task when a prompt batch's row-wise ops go to the pool: below

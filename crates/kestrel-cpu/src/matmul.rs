@@ -5,10 +5,11 @@
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
     dot4_kernel, dot_kernel, dot_path, dot_rows4_kernel, quantize_activations, row_bytes,
-    vec_dot_type, Chunk32, Dot4, VecDotFn,
+    vec_dot_type, Chunk32, Dot4, DotPath, VecDotFn,
 };
 use rayon::prelude::*;
 use rayon::ThreadPool;
+use std::ops::Range;
 
 /// A weight matrix in its stored block format: `rows` rows of `cols` elements.
 #[derive(Clone, Copy, Debug)]
@@ -33,10 +34,12 @@ const PARALLEL_MIN_BYTES: usize = 1 << 16;
 pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], pool: &ThreadPool) {
     debug_assert_eq!(x.len(), n_tok * w.cols);
     let acts = quantize_rows(w.ty, x, w.cols);
+    let one_seq = 0..n_tok;
     run_products(
         vec![Product {
             w,
             acts: &acts,
+            seqs: std::slice::from_ref(&one_seq),
             out,
         }],
         pool,
@@ -60,10 +63,24 @@ pub fn quantize_rows(ty: GgmlType, x: &[f32], cols: usize) -> Vec<Vec<u8>> {
 }
 
 /// One weight x quantized-activations product; `out` is [tok][row].
+/// `seqs` splits the activation rows into the sequences of a batch (one
+/// range for a single sequence): a row's kernel is chosen by its place in
+/// its own sequence, as if that sequence ran alone (see [`token_paths`]).
 pub struct Product<'a> {
     pub w: MatRef<'a>,
     pub acts: &'a [Vec<u8>],
+    pub seqs: &'a [Range<usize>],
     pub out: &'a mut [f32],
+}
+
+/// The kernel path of each activation row: ggml picks it from the row's
+/// index in the product and the product's row count, so a sequence batched
+/// with others must be given the paths of its own rows alone, or its
+/// results would change with the company it keeps.
+fn token_paths(w: &MatRef<'_>, seqs: &[Range<usize>]) -> Vec<DotPath> {
+    seqs.iter()
+        .flat_map(|s| (0..s.len()).map(move |i| dot_path(w.ty, w.rows, i, s.len())))
+        .collect()
 }
 
 /// Runs several products in one hand-off to the workers (q/k/v, gate/up):
@@ -81,7 +98,7 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     if threads <= 1 || products.iter().all(|p| bands(&p.w) == 1) {
         for p in &mut products {
             debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
-            rows_into(p.w, p.acts, 0, p.w.rows, p.out, p.w.rows);
+            rows_into(p.w, p.acts, p.seqs, 0, p.w.rows, p.out, p.w.rows);
         }
         return;
     }
@@ -105,21 +122,21 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     pool.scope(|s| {
         for (p, p_parts) in products.iter_mut().zip(parts.iter_mut()) {
             debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
-            let (w, acts) = (p.w, p.acts);
+            let (w, acts, seqs) = (p.w, p.acts, p.seqs);
             let band = w.rows.div_ceil(bands(&w));
             let n_tok = acts.len();
             if n_tok == 1 {
                 for (i, part) in p.out.chunks_mut(band).enumerate() {
                     s.spawn(move |_| {
                         let width = part.len();
-                        rows_into(w, acts, i * band, i * band + width, part, width);
+                        rows_into(w, acts, seqs, i * band, i * band + width, part, width);
                     });
                 }
             } else {
                 for (i, part) in p_parts.iter_mut().enumerate() {
                     s.spawn(move |_| {
                         let width = part.len() / n_tok;
-                        rows_into(w, acts, i * band, i * band + width, part, width);
+                        rows_into(w, acts, seqs, i * band, i * band + width, part, width);
                     });
                 }
             }
@@ -150,6 +167,7 @@ const TOK_TILE: usize = 128;
 fn rows_into(
     w: MatRef<'_>,
     acts: &[Vec<u8>],
+    seqs: &[Range<usize>],
     r0: usize,
     r1: usize,
     out: &mut [f32],
@@ -162,11 +180,16 @@ fn rows_into(
     assert_eq!(rb, row_bytes(w.ty, w.cols), "{}: weight row bytes", w.ty);
     assert!(acts.iter().all(|a| a.len() == ab), "activation row bytes");
     // Token runs sharing a path (ggml's choice depends on the token index).
+    let paths = token_paths(&w, seqs);
+    assert_eq!(
+        paths.len(),
+        n_tok,
+        "sequence ranges cover the activation rows"
+    );
     let mut runs: Vec<(usize, usize, VecDotFn, Option<Dot4>)> = Vec::new();
-    for t in 0..n_tok {
-        let path = dot_path(w.ty, w.rows, t, n_tok);
+    for (t, &path) in paths.iter().enumerate() {
         match runs.last_mut() {
-            Some(run) if t > 0 && dot_path(w.ty, w.rows, t - 1, n_tok) == path => run.1 = t + 1,
+            Some(run) if t > 0 && paths[t - 1] == path => run.1 = t + 1,
             _ => runs.push((t, t + 1, dot_kernel(path, w.ty), dot4_kernel(path, w.ty))),
         }
     }
@@ -177,7 +200,7 @@ fn rows_into(
         // loads (a row-at-a-time scan, one stream, ran 25-40% slower from
         // DRAM; two adjacent rows read together were slower still, their
         // streams breaking at every row).
-        let path = dot_path(w.ty, w.rows, 0, 1);
+        let path = paths[0];
         let q = (r1 - r0) / 4;
         let at = |k: usize| r0 + k;
         if let Some(four) = dot_rows4_kernel(path, w.ty) {
@@ -306,7 +329,15 @@ mod tests {
                 };
                 let acts = vec![quantize_activations(ty, &x)];
                 let mut out = vec![0f32; rows];
-                rows_into(w, &acts, 0, rows, &mut out, rows);
+                rows_into(
+                    w,
+                    &acts,
+                    std::slice::from_ref(&(0..1)),
+                    0,
+                    rows,
+                    &mut out,
+                    rows,
+                );
                 let one = dot_kernel(dot_path(ty, rows, 0, 1), ty);
                 for r in 0..rows {
                     let want = one(cols, &data[r * rb..(r + 1) * rb], &acts[0]);
@@ -356,6 +387,7 @@ mod tests {
                 &x.chunks_exact(cols)
                     .map(|r| quantize_activations(ty, r))
                     .collect::<Vec<_>>(),
+                std::slice::from_ref(&(0..n_tok)),
                 0,
                 rows,
                 &mut a,

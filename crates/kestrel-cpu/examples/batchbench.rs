@@ -1,0 +1,70 @@
+//! Times batched decode steps: `k` sequences, one token each, per
+//! `forward_batch` call, for k = 1..=8, with a per-kernel-class breakdown.
+//! usage: cargo run --release -p kestrel-cpu --example batchbench -- MODEL [THREADS]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use kestrel_cpu::{CpuModel, Logits, SeqInput};
+use kestrel_gguf::{Backing, GgufFile};
+use kestrel_model::ModelSpec;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args.get(1).expect("usage: batchbench MODEL [THREADS]");
+    let threads = args.get(2).map_or(2, |t| t.parse().expect("threads"));
+    let file = Arc::new(
+        GgufFile::open_backed(std::path::Path::new(path), Backing::preferred()).expect("open"),
+    );
+    let spec = ModelSpec::from_gguf(&file).expect("spec");
+    let model = CpuModel::load(file, spec, threads).expect("load");
+    let prompt: Vec<u32> = (0..32).map(|i| 100 + i * 7).collect();
+    let steps = std::env::var("STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let only: Option<usize> = std::env::var("K").ok().and_then(|k| k.parse().ok());
+    for k in 1..=8usize {
+        if only.is_some_and(|o| o != k) {
+            continue;
+        }
+        let mut caches: Vec<_> = (0..k).map(|_| model.new_cache(256)).collect();
+        for c in caches.iter_mut() {
+            model.forward(&prompt, 0, c, Logits::Last);
+        }
+        let mut run = |n: usize, pos0: usize| {
+            for s in 0..n {
+                let toks: Vec<[u32; 1]> = (0..k).map(|i| [(200 + i + s) as u32]).collect();
+                let mut inputs: Vec<SeqInput<'_>> = caches
+                    .iter_mut()
+                    .zip(&toks)
+                    .map(|(c, t)| SeqInput {
+                        tokens: t,
+                        pos0: pos0 + s,
+                        cache: c,
+                        logits: Logits::Last,
+                    })
+                    .collect();
+                model.forward_batch(&mut inputs);
+            }
+        };
+        run(4, 32);
+        model.set_profiling(true);
+        run(2, 36);
+        model.set_profiling(false);
+        let prof = model.take_profile();
+        let t0 = Instant::now();
+        run(steps, 38);
+        let ms = t0.elapsed().as_secs_f64() * 1000.0 / steps as f64;
+        println!(
+            "k={k}: {ms:.2} ms/step, {:.1} tokens/s aggregate",
+            k as f64 * 1000.0 / ms
+        );
+        let mut e = prof.entries.clone();
+        e.sort_by_key(|x| std::cmp::Reverse(x.time));
+        for x in e.iter() {
+            print!("  {} {:.2}ms", x.class, x.time.as_secs_f64() * 1000.0 / 2.0);
+        }
+        println!();
+    }
+}
