@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use kestrel_cpu::{CpuModel, KvCache, Logits};
 use kestrel_sampling::{logprobs, Sampler, SamplerParams, StopMatcher, TokenLogprobs};
-use kestrel_tokenizer::StreamDecoder;
+use kestrel_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::{Engine, EngineError};
 
@@ -47,7 +47,11 @@ pub enum StopReason {
 /// Counts and times of one generation.
 #[derive(Clone, Debug)]
 pub struct GenStats {
+    /// The whole prompt, including `cache_n`.
     pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were reused from an earlier
+    /// request in the same slot (not computed again).
+    pub cache_n: usize,
     pub prompt_ms: f64,
     pub generated_tokens: usize,
     /// From the end of the prefill to the end of the loop (pipelined, that
@@ -58,7 +62,7 @@ pub struct GenStats {
 
 impl GenStats {
     pub fn prompt_tps(&self) -> f64 {
-        per_second(self.prompt_tokens, self.prompt_ms)
+        per_second(self.prompt_tokens - self.cache_n, self.prompt_ms)
     }
     pub fn generate_tps(&self) -> f64 {
         per_second(self.generated_tokens, self.generate_ms)
@@ -187,7 +191,7 @@ impl Forward<'_> {
 }
 
 /// The host side of a step: detokenizing, stop strings, the callback.
-struct Emitter<'t, F> {
+pub(crate) struct Emitter<'t, F> {
     decoder: StreamDecoder<'t>,
     matcher: StopMatcher,
     text: String,
@@ -195,9 +199,19 @@ struct Emitter<'t, F> {
     on_event: F,
 }
 
-impl<F: FnMut(&TokenEvent<'_>) -> bool> Emitter<'_, F> {
+impl<'t, F: FnMut(&TokenEvent<'_>) -> bool> Emitter<'t, F> {
+    pub(crate) fn new(tokenizer: &'t Tokenizer, stop: &[String], on_event: F) -> Self {
+        Emitter {
+            decoder: StreamDecoder::new(tokenizer, false),
+            matcher: StopMatcher::new(stop.iter().cloned()),
+            text: String::new(),
+            logprobs: Vec::new(),
+            on_event,
+        }
+    }
+
     /// Emits one generated token; returns why generation must end, if it must.
-    fn token(&mut self, token: u32, lp: Option<TokenLogprobs>) -> Option<StopReason> {
+    pub(crate) fn token(&mut self, token: u32, lp: Option<TokenLogprobs>) -> Option<StopReason> {
         let piece = self.decoder.push(token);
         let step = self.matcher.push(&piece);
         self.text.push_str(&step.text);
@@ -218,7 +232,7 @@ impl<F: FnMut(&TokenEvent<'_>) -> bool> Emitter<'_, F> {
 
     /// Releases what was held back; a stop string can still complete in the
     /// detokenizer's last bytes. Returns the text and whether that happened.
-    fn finish(self) -> (String, Vec<TokenLogprobs>, bool) {
+    pub(crate) fn finish(self) -> (String, Vec<TokenLogprobs>, bool) {
         let Emitter {
             decoder,
             mut matcher,
@@ -258,48 +272,8 @@ impl Engine {
         params: &GenerateParams,
         on_event: impl FnMut(&TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
-        if params.n_ctx == 0 {
-            return Err(EngineError::ZeroContext);
-        }
-        if prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if prompt.len() >= params.n_ctx {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt.len(),
-                n_ctx: params.n_ctx,
-            });
-        }
-        let n_vocab = self.model.spec.hparams.n_vocab;
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(EngineError::TokenOutOfRange { id: bad, n_vocab });
-        }
-        if let Some(&(id, _)) = params
-            .sampler
-            .logit_bias
-            .iter()
-            .find(|(id, _)| *id as usize >= n_vocab)
-        {
-            return Err(EngineError::LogitBiasOutOfRange { id, n_vocab });
-        }
-
-        let mut sampler_params = params.sampler.clone();
-        if params.ignore_eos {
-            sampler_params.logit_bias.extend(
-                self.tokenizer
-                    .eog_ids()
-                    .iter()
-                    .map(|&id| (id, f32::NEG_INFINITY)),
-            );
-        }
-        let sampler = Sampler::new(sampler_params);
-        let mut emitter = Emitter {
-            decoder: StreamDecoder::new(&self.tokenizer, false),
-            matcher: StopMatcher::new(params.stop.iter().cloned()),
-            text: String::new(),
-            logprobs: Vec::new(),
-            on_event,
-        };
+        let sampler = self.check_request(prompt, params)?;
+        let mut emitter = Emitter::new(&self.tokenizer, &params.stop, on_event);
 
         let mut cache: KvCache = self.model.new_cache(params.n_ctx);
         let t0 = Instant::now();
@@ -361,6 +335,7 @@ impl Engine {
         let tokens = history.split_off(prompt.len());
         let stats = GenStats {
             prompt_tokens: prompt.len(),
+            cache_n: 0,
             prompt_ms,
             generated_tokens: tokens.len(),
             generate_ms,
@@ -372,6 +347,51 @@ impl Engine {
             logprobs,
             stats,
         })
+    }
+
+    /// Checks a request against the model (prompt length and ids, logit
+    /// bias ids, context) and builds its sampler (EOG tokens banned when
+    /// `ignore_eos`).
+    pub(crate) fn check_request(
+        &self,
+        prompt: &[u32],
+        params: &GenerateParams,
+    ) -> Result<Sampler, EngineError> {
+        if params.n_ctx == 0 {
+            return Err(EngineError::ZeroContext);
+        }
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() >= params.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                n_ctx: params.n_ctx,
+            });
+        }
+        let n_vocab = self.model.spec.hparams.n_vocab;
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::TokenOutOfRange { id: bad, n_vocab });
+        }
+        if let Some(&(id, _)) = params
+            .sampler
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= n_vocab)
+        {
+            return Err(EngineError::LogitBiasOutOfRange { id, n_vocab });
+        }
+
+        let mut sampler_params = params.sampler.clone();
+        if params.ignore_eos {
+            sampler_params.logit_bias.extend(
+                self.tokenizer
+                    .eog_ids()
+                    .iter()
+                    .map(|&id| (id, f32::NEG_INFINITY)),
+            );
+        }
+        Ok(Sampler::new(sampler_params))
     }
 
     /// The decode loop shared by both modes; `logits` are the prompt's.

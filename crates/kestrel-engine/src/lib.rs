@@ -12,9 +12,11 @@ use kestrel_model::ModelSpec;
 use kestrel_tokenizer::chat::{ChatMessage, ChatTemplate};
 use kestrel_tokenizer::Tokenizer;
 
+pub mod batch;
 pub mod generate;
 pub mod perplexity;
 
+pub use batch::{AdmitError, Batch, Sink, SlotInfo};
 pub use generate::{GenStats, GenerateParams, Generation, StopReason, TokenEvent};
 pub use kestrel_sampling::TokenLogprobs;
 pub use perplexity::{ChunkReport, PerplexityError, PerplexityParams, PerplexityResult};

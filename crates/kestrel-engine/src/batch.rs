@@ -1,0 +1,413 @@
+//! Continuous batching: up to `n_slots` sequences generate together, one
+//! batched forward pass per step ([`CpuModel::forward_batch`]), each in a
+//! slot with its own share of the context and its own KV cache. A sequence
+//! joins between steps, prefills its prompt in chunks while the others keep
+//! decoding, and leaves when it stops or is cancelled, freeing its slot for
+//! the next.
+//!
+//! Each sequence gets the output it would get alone, bit for bit:
+//! - the batched pass gives every row the kernels of its own sequence
+//!   (see `forward_batch`);
+//! - prompt chunks start at fixed positions (multiples of `chunk`), so the
+//!   attention path of every prompt token (ggml's one-query path below
+//!   [`TILED_MIN_QUERIES`] queries, tiles above) does not depend on which
+//!   other requests were running;
+//! - a reused cache prefix is shortened where needed to keep those paths;
+//! - sampling, stop strings and logprobs go through the same code as
+//!   [`Engine::generate`] (the tests hold the two to the same tokens).
+//!
+//! [`CpuModel::forward_batch`]: kestrel_cpu::CpuModel::forward_batch
+
+use std::time::Instant;
+
+use kestrel_cpu::attention::TILED_MIN_QUERIES;
+use kestrel_cpu::{KvCache, Logits, SeqInput};
+use kestrel_sampling::{logprobs, Sampler};
+
+use crate::generate::Emitter;
+use crate::{Engine, EngineError, GenStats, GenerateParams, Generation, StopReason, TokenEvent};
+
+/// Receives a sequence's tokens as [`Engine::generate`]'s callback does;
+/// returning `false` cancels the sequence.
+pub type Sink<'s> = Box<dyn FnMut(&TokenEvent<'_>) -> bool + 's>;
+
+/// What `/slots` shows of a slot.
+#[derive(Clone, Debug, Default)]
+pub struct SlotInfo {
+    pub id: usize,
+    pub n_ctx: usize,
+    /// The sequence in the slot, if any.
+    pub task: Option<u64>,
+    pub n_prompt: usize,
+    /// Prompt tokens reused from the slot's previous sequence.
+    pub cache_n: usize,
+    /// Tokens whose keys and values are in the cache.
+    pub n_past: usize,
+    pub n_decoded: usize,
+}
+
+/// Why a request could not join.
+#[derive(Debug)]
+pub enum AdmitError {
+    /// Every slot is busy; try again after a step.
+    Busy,
+    /// The request itself is wrong (prompt too long for a slot, bad ids...).
+    Invalid(EngineError),
+}
+
+struct Seq<'e> {
+    id: u64,
+    params: GenerateParams,
+    sampler: Sampler,
+    emitter: Emitter<'e, Sink<'e>>,
+    prompt_len: usize,
+    /// Prompt, then the generated tokens.
+    history: Vec<u32>,
+    /// Tokens of `history` whose keys and values are in the cache.
+    n_past: usize,
+    cache_n: usize,
+    started: Instant,
+    /// When the prompt's last chunk finished.
+    prompt_done: Option<Instant>,
+}
+
+struct Slot<'e> {
+    cache: KvCache,
+    /// The tokens whose keys and values the cache holds, from position 0
+    /// (kept after a sequence leaves, for the next one to reuse).
+    cached: Vec<u32>,
+    seq: Option<Seq<'e>>,
+}
+
+/// The running sequences of a server (or of any caller with several
+/// requests at once).
+pub struct Batch<'e> {
+    engine: &'e Engine,
+    slots: Vec<Slot<'e>>,
+    n_ctx: usize,
+    chunk: usize,
+}
+
+/// A step's outcome for a sequence that left.
+pub type Finished = (u64, Result<Generation, EngineError>);
+
+impl<'e> Batch<'e> {
+    /// `n_slots` slots of `n_ctx` tokens each; prompts are fed `chunk`
+    /// tokens at a time (at most about one chunk of prompt per step, so
+    /// decoding sequences are never held up for long).
+    pub fn new(engine: &'e Engine, n_slots: usize, n_ctx: usize, chunk: usize) -> Batch<'e> {
+        let n_slots = n_slots.max(1);
+        Batch {
+            engine,
+            slots: (0..n_slots)
+                .map(|_| Slot {
+                    cache: engine.model.new_cache(n_ctx),
+                    cached: Vec::new(),
+                    seq: None,
+                })
+                .collect(),
+            n_ctx,
+            chunk: chunk.max(1),
+        }
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub fn has_free_slot(&self) -> bool {
+        self.slots.iter().any(|s| s.seq.is_none())
+    }
+
+    /// No sequence is running.
+    pub fn is_idle(&self) -> bool {
+        self.slots.iter().all(|s| s.seq.is_none())
+    }
+
+    pub fn running(&self) -> usize {
+        self.slots.iter().filter(|s| s.seq.is_some()).count()
+    }
+
+    /// The ids of the running sequences.
+    pub fn ids(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.seq.as_ref().map(|q| q.id))
+            .collect()
+    }
+
+    pub fn slot_info(&self) -> Vec<SlotInfo> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(id, s)| match &s.seq {
+                Some(q) => SlotInfo {
+                    id,
+                    n_ctx: self.n_ctx,
+                    task: Some(q.id),
+                    n_prompt: q.prompt_len,
+                    cache_n: q.cache_n,
+                    n_past: q.n_past,
+                    n_decoded: q.history.len() - q.prompt_len,
+                },
+                None => SlotInfo {
+                    id,
+                    n_ctx: self.n_ctx,
+                    n_past: s.cached.len(),
+                    ..SlotInfo::default()
+                },
+            })
+            .collect()
+    }
+
+    /// Puts a request in a free slot: the one whose cache shares the longest
+    /// prefix with the prompt (when `cache_prompt`), else the first free.
+    /// `params.n_ctx` is replaced by the slot's context. Returns the slot.
+    pub fn admit(
+        &mut self,
+        id: u64,
+        prompt: Vec<u32>,
+        params: &GenerateParams,
+        cache_prompt: bool,
+        sink: Sink<'e>,
+    ) -> Result<usize, AdmitError> {
+        let params = GenerateParams {
+            n_ctx: self.n_ctx,
+            ..params.clone()
+        };
+        let sampler = self
+            .engine
+            .check_request(&prompt, &params)
+            .map_err(AdmitError::Invalid)?;
+        let common = |s: &Slot<'_>| {
+            s.cached
+                .iter()
+                .zip(&prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let (slot_id, common) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.seq.is_none())
+            .map(|(i, s)| (i, if cache_prompt { common(s) } else { 0 }))
+            // The longest shared prefix; the first slot among equals.
+            .max_by_key(|&(i, n)| (n, usize::MAX - i))
+            .ok_or(AdmitError::Busy)?;
+        let cache_n = reusable_prefix(common, prompt.len(), self.chunk);
+        let slot = &mut self.slots[slot_id];
+        slot.cached.truncate(cache_n);
+        slot.seq = Some(Seq {
+            id,
+            sampler,
+            emitter: Emitter::new(&self.engine.tokenizer, &params.stop, sink),
+            params,
+            prompt_len: prompt.len(),
+            history: prompt,
+            n_past: cache_n,
+            cache_n,
+            started: Instant::now(),
+            prompt_done: None,
+        });
+        Ok(slot_id)
+    }
+
+    /// Ends sequence `id` now (its client left); returns what it generated.
+    pub fn cancel(&mut self, id: u64) -> Option<Generation> {
+        let slot = self
+            .slots
+            .iter_mut()
+            .find(|s| s.seq.as_ref().is_some_and(|q| q.id == id))?;
+        let seq = slot.seq.take().expect("found");
+        Some(finish(slot, seq, StopReason::Cancelled))
+    }
+
+    /// One step: every decoding sequence feeds its last token, prefilling
+    /// sequences feed their next prompt chunk (oldest first, about one
+    /// chunk in all per step), in one forward pass; then each sequence
+    /// whose input is all fed samples and emits its next token. Returns the
+    /// sequences that ended.
+    pub fn step(&mut self) -> Vec<Finished> {
+        // What each slot feeds this step: a range of its history.
+        let mut feed: Vec<Option<(usize, usize)>> = vec![None; self.slots.len()];
+        let mut prefilling: Vec<(Instant, usize)> = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(q) = &s.seq else { continue };
+            if q.n_past + 1 < q.prompt_len {
+                prefilling.push((q.started, i));
+            } else {
+                // Decoding (or the prompt's last token, alone in its chunk).
+                feed[i] = Some((q.n_past, chunk_end(q.n_past, q.history.len(), self.chunk)));
+            }
+        }
+        prefilling.sort();
+        let mut budget = self.chunk;
+        for (_, i) in prefilling {
+            let q = self.slots[i].seq.as_ref().expect("prefilling");
+            let to = chunk_end(q.n_past, q.prompt_len, self.chunk);
+            // The oldest prompt always gets its chunk; others while they fit.
+            if to - q.n_past > budget && budget < self.chunk {
+                break;
+            }
+            budget = budget.saturating_sub(to - q.n_past);
+            feed[i] = Some((q.n_past, to));
+        }
+        if feed.iter().all(Option::is_none) {
+            return Vec::new();
+        }
+
+        let mut inputs: Vec<SeqInput<'_>> = self
+            .slots
+            .iter_mut()
+            .zip(&feed)
+            .filter_map(|(s, f)| {
+                let (from, to) = (*f)?;
+                let q = s.seq.as_ref()?;
+                Some(SeqInput {
+                    tokens: &q.history[from..to],
+                    pos0: from,
+                    cache: &mut s.cache,
+                    logits: Logits::Last,
+                })
+            })
+            .collect();
+        let logits = self.engine.model.forward_batch(&mut inputs);
+        drop(inputs);
+
+        let mut done = Vec::new();
+        let fed = feed
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|(from, to)| (i, from, to)));
+        for ((i, from, to), logits) in fed.zip(logits) {
+            let slot = &mut self.slots[i];
+            let q = slot.seq.as_mut().expect("planned");
+            slot.cached.truncate(from);
+            slot.cached.extend_from_slice(&q.history[from..to]);
+            q.n_past = to;
+            if to < q.history.len() {
+                continue; // more prompt to feed
+            }
+            if q.prompt_done.is_none() {
+                q.prompt_done = Some(Instant::now());
+            }
+            if let Some(reason) = next_token(self.engine, q, &logits) {
+                let seq = slot.seq.take().expect("running");
+                done.push((seq.id, Ok(finish(slot, seq, reason))));
+            }
+        }
+        done
+    }
+}
+
+/// How much of a `common` shared prefix a `prompt_len` prompt reuses: at
+/// least its last token is fed again (its logits are needed), and the first
+/// chunk fed must take the attention path its tokens take in an unshared
+/// run (chunks at multiples of `chunk`): one of at least
+/// `TILED_MIN_QUERIES` tokens stays at least that long.
+fn reusable_prefix(common: usize, prompt_len: usize, chunk: usize) -> usize {
+    let p = common.min(prompt_len.saturating_sub(1));
+    let start = p / chunk * chunk;
+    let end = (start + chunk).min(prompt_len);
+    if end - start >= TILED_MIN_QUERIES && end - p < TILED_MIN_QUERIES {
+        end - TILED_MIN_QUERIES
+    } else {
+        p
+    }
+}
+
+/// The end of the chunk that starts at `from` (chunks end at multiples of
+/// `chunk`, or at `len`).
+fn chunk_end(from: usize, len: usize, chunk: usize) -> usize {
+    ((from / chunk + 1) * chunk).min(len)
+}
+
+/// Samples and emits a sequence's next token from `logits`, exactly as
+/// [`Engine::generate`]'s loop does; returns why it ends, if it does.
+fn next_token(engine: &Engine, q: &mut Seq<'_>, logits: &[f32]) -> Option<StopReason> {
+    let p = &q.params;
+    let limit = |h: &[u32]| p.n_predict >= 0 && (h.len() - q.prompt_len) as i64 >= p.n_predict;
+    if limit(&q.history) {
+        return Some(StopReason::Length);
+    }
+    let token = q.sampler.sample_with_history(logits, &q.history);
+    if !p.ignore_eos && engine.tokenizer.is_eog(token) {
+        return Some(StopReason::EndOfGeneration);
+    }
+    q.history.push(token);
+    let pos = q.history.len() - 1;
+    let last = if pos >= p.n_ctx {
+        Some(StopReason::ContextFull)
+    } else if limit(&q.history) {
+        Some(StopReason::Length)
+    } else {
+        None
+    };
+    let lp = (p.n_probs > 0).then(|| logprobs(logits, token, p.n_probs));
+    q.emitter.token(token, lp).or(last)
+}
+
+/// Flushes a sequence's held-back text and builds its result.
+fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
+    // Only what the cache really holds stays reusable.
+    slot.cached.truncate(seq.n_past);
+    let now = Instant::now();
+    let prompt_done = seq.prompt_done.unwrap_or(now);
+    let (text, logprobs, stopped_late) = seq.emitter.finish();
+    let stop = if stopped_late {
+        StopReason::StopString
+    } else {
+        reason
+    };
+    let tokens = seq.history[seq.prompt_len..].to_vec();
+    Generation {
+        stats: GenStats {
+            prompt_tokens: seq.prompt_len,
+            cache_n: seq.cache_n,
+            prompt_ms: (prompt_done - seq.started).as_secs_f64() * 1000.0,
+            generated_tokens: tokens.len(),
+            generate_ms: (now - prompt_done).as_secs_f64() * 1000.0,
+            stop,
+        },
+        tokens,
+        text,
+        logprobs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_keeps_the_attention_path_of_every_prompt_token() {
+        let chunk = 256;
+        for prompt_len in 1..700usize {
+            for common in 0..=prompt_len {
+                let p = reusable_prefix(common, prompt_len, chunk);
+                assert!(p < prompt_len && p <= common, "{common}/{prompt_len}: {p}");
+                // Each token fed takes the path of its chunk in a fresh run.
+                let fresh_tiled = |t: usize| {
+                    let start = t / chunk * chunk;
+                    (start + chunk).min(prompt_len) - start >= TILED_MIN_QUERIES
+                };
+                let mut from = p;
+                while from < prompt_len {
+                    let to = chunk_end(from, prompt_len, chunk);
+                    let tiled = to - from >= TILED_MIN_QUERIES;
+                    for t in from..to {
+                        assert_eq!(tiled, fresh_tiled(t), "{common}/{prompt_len}: token {t}");
+                    }
+                    from = to;
+                }
+            }
+        }
+        // The shortening costs at most TILED_MIN_QUERIES tokens.
+        assert_eq!(reusable_prefix(250, 600, 256), 192);
+        assert_eq!(reusable_prefix(100, 150, 256), 86);
+        assert_eq!(reusable_prefix(599, 600, 256), 536);
+        // A short last chunk is one-query attention either way.
+        assert_eq!(reusable_prefix(530, 560, 256), 530);
+    }
+}

@@ -1,0 +1,274 @@
+//! Continuous batching on a real model (SmolLM2-135M): sequences that run
+//! together — joining at different steps, prefilling long prompts in chunks
+//! while others decode, reusing a slot's cached prefix — each get exactly
+//! what `Engine::generate` gives them alone (tokens, text, logprobs, stop
+//! reason), and cancelling frees the slot.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::OnceLock;
+
+use kestrel_engine::{AdmitError, Batch, Engine, GenerateParams, Generation, StopReason};
+use kestrel_sampling::SamplerParams;
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(
+            path.exists(),
+            "{} is missing: run scripts/fetch-models.sh",
+            path.display()
+        );
+        Engine::load(&path, 2).expect("SmolLM2 loads")
+    })
+}
+
+const N_CTX: usize = 1024;
+
+fn greedy(n: i64) -> GenerateParams {
+    GenerateParams {
+        n_predict: n,
+        n_ctx: N_CTX,
+        sampler: SamplerParams::greedy(),
+        ..GenerateParams::default()
+    }
+}
+
+fn sampled(n: i64, seed: u64) -> GenerateParams {
+    GenerateParams {
+        n_predict: n,
+        n_ctx: N_CTX,
+        sampler: SamplerParams {
+            temperature: 0.9,
+            seed,
+            repeat_penalty: 1.2,
+            repeat_last_n: 32,
+            frequency_penalty: 0.3,
+            presence_penalty: 0.2,
+            ..SamplerParams::default()
+        },
+        n_probs: 3,
+        ..GenerateParams::default()
+    }
+}
+
+/// A prompt of about `words` words (long ones cross several chunks).
+fn long_prompt(words: usize, topic: &str) -> String {
+    let mut s = format!("Notes on {topic}:");
+    for i in 0..words {
+        s.push_str(&format!(" item{} {topic}", i % 37));
+    }
+    s.push_str("\nSummary:");
+    s
+}
+
+struct Req {
+    prompt: Vec<u32>,
+    params: GenerateParams,
+    /// The step at which it joins.
+    join: usize,
+}
+
+fn alone(r: &Req) -> (Generation, String) {
+    let mut streamed = String::new();
+    let g = engine()
+        .generate(&r.prompt, &r.params, |ev| {
+            streamed.push_str(ev.text);
+            true
+        })
+        .expect("generates");
+    (g, streamed)
+}
+
+/// Runs the requests through one batch; returns each one's result and
+/// streamed text, and the most sequences seen running at once.
+fn batched(
+    batch: &mut Batch<'static>,
+    reqs: &[Req],
+    cache_prompt: bool,
+) -> (Vec<(Generation, String)>, usize) {
+    let streams: Vec<Rc<RefCell<String>>> = reqs.iter().map(|_| Rc::default()).collect();
+    let mut results: Vec<Option<Generation>> = reqs.iter().map(|_| None).collect();
+    let mut step = 0;
+    let mut most = 0;
+    let mut pending: Vec<usize> = (0..reqs.len()).collect();
+    while results.iter().any(Option::is_none) {
+        pending.retain(|&i| {
+            if reqs[i].join > step {
+                return true;
+            }
+            let out = streams[i].clone();
+            let sink = Box::new(move |ev: &kestrel_engine::TokenEvent<'_>| {
+                out.borrow_mut().push_str(ev.text);
+                true
+            });
+            match batch.admit(
+                i as u64,
+                reqs[i].prompt.clone(),
+                &reqs[i].params,
+                cache_prompt,
+                sink,
+            ) {
+                Ok(_) => false,
+                Err(AdmitError::Busy) => true,
+                Err(AdmitError::Invalid(e)) => panic!("request {i}: {e}"),
+            }
+        });
+        most = most.max(batch.running());
+        for (id, g) in batch.step() {
+            results[id as usize] = Some(g.expect("generation runs"));
+        }
+        step += 1;
+        assert!(step < 10_000, "batch never finished");
+    }
+    let out = results
+        .into_iter()
+        .zip(streams)
+        .map(|(g, s)| (g.expect("finished"), s.borrow().clone()))
+        .collect();
+    (out, most)
+}
+
+fn assert_same(tag: &str, got: &(Generation, String), want: &(Generation, String)) {
+    let (g, gs) = got;
+    let (w, ws) = want;
+    assert_eq!(g.tokens, w.tokens, "{tag}: tokens");
+    assert_eq!(g.text, w.text, "{tag}: text");
+    assert_eq!(gs, ws, "{tag}: streamed text");
+    assert_eq!(g.stats.stop, w.stats.stop, "{tag}: stop reason");
+    assert_eq!(g.logprobs.len(), w.logprobs.len(), "{tag}: logprobs");
+    for (a, b) in g.logprobs.iter().zip(&w.logprobs) {
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{tag}: logprobs");
+    }
+}
+
+#[test]
+fn batched_sequences_generate_what_they_generate_alone() {
+    let e = engine();
+    let t = |s: &str| e.tokenize_prompt(s);
+    let reqs = vec![
+        Req {
+            prompt: t("The capital of France is"),
+            params: greedy(24),
+            join: 0,
+        },
+        Req {
+            prompt: t("Once upon a time, in a small village,"),
+            params: sampled(20, 7),
+            join: 0,
+        },
+        // Over 256 tokens: prefilled in chunks while the others decode.
+        Req {
+            prompt: t(&long_prompt(200, "rivers")),
+            params: greedy(12),
+            join: 3,
+        },
+        Req {
+            prompt: t("def fibonacci(n):"),
+            params: GenerateParams {
+                stop: vec!["\n\n".into(), "return".into()],
+                ..sampled(30, 11)
+            },
+            join: 5,
+        },
+        // Joins when a slot frees up (four slots, five requests).
+        Req {
+            prompt: t("List three colors:"),
+            params: sampled(16, 3),
+            join: 1,
+        },
+    ];
+    assert!(reqs[2].prompt.len() > 300, "the long prompt spans chunks");
+    let want: Vec<_> = reqs.iter().map(alone).collect();
+    let mut batch = Batch::new(e, 4, N_CTX, 256);
+    let (got, most) = batched(&mut batch, &reqs, true);
+    assert_eq!(most, 4, "four sequences ran at once");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_same(&format!("request {i}"), g, w);
+        assert!(!g.0.tokens.is_empty(), "request {i} generated nothing");
+    }
+
+    // Again in the same batch: the slots now hold these prompts, so each
+    // reuses a cached prefix, and still generates the same.
+    let (again, _) = batched(&mut batch, &reqs, true);
+    let mut reused = 0;
+    for (i, (g, w)) in again.iter().zip(&want).enumerate() {
+        assert_same(&format!("request {i}, cached"), g, w);
+        assert!(g.0.stats.cache_n < reqs[i].prompt.len());
+        reused += g.0.stats.cache_n;
+    }
+    assert!(
+        reused > 300,
+        "cached prefixes were reused ({reused} tokens)"
+    );
+}
+
+#[test]
+fn cancel_frees_the_slot_and_returns_what_was_generated() {
+    let e = engine();
+    let mut batch = Batch::new(e, 2, N_CTX, 256);
+    for id in 0..2 {
+        let ok = batch.admit(
+            id,
+            e.tokenize_prompt("Count: one, two,"),
+            &greedy(-1),
+            false,
+            Box::new(|_| true),
+        );
+        assert!(ok.is_ok());
+    }
+    assert!(!batch.has_free_slot());
+    assert!(matches!(
+        batch.admit(9, vec![1, 2], &greedy(4), false, Box::new(|_| true)),
+        Err(AdmitError::Busy)
+    ));
+    for _ in 0..5 {
+        assert!(batch.step().is_empty());
+    }
+    let g = batch.cancel(1).expect("running");
+    assert_eq!(g.stats.stop, StopReason::Cancelled);
+    assert_eq!(g.tokens.len(), 5);
+    assert!(batch.cancel(1).is_none(), "already gone");
+    assert!(batch.has_free_slot());
+    assert_eq!(batch.running(), 1);
+
+    // A sink that returns false cancels at its next token.
+    let mut calls = 0;
+    batch
+        .admit(
+            2,
+            e.tokenize_prompt("Hello"),
+            &greedy(-1),
+            false,
+            Box::new(move |_| {
+                calls += 1;
+                calls < 3
+            }),
+        )
+        .expect("a slot is free");
+    let mut ended = Vec::new();
+    for _ in 0..5 {
+        ended.extend(batch.step());
+    }
+    assert_eq!(ended.len(), 1);
+    let (id, g) = ended.pop().unwrap();
+    let g = g.unwrap();
+    assert_eq!(
+        (id, g.stats.stop, g.tokens.len()),
+        (2, StopReason::Cancelled, 3)
+    );
+
+    // Bad requests are refused by name, and take no slot.
+    let too_long = vec![1u32; N_CTX];
+    match batch.admit(3, too_long, &greedy(4), false, Box::new(|_| true)) {
+        Err(AdmitError::Invalid(err)) => {
+            let msg = err.to_string();
+            assert!(msg.contains("1024"), "{msg}");
+        }
+        _ => panic!("a prompt as long as the slot's context must be refused"),
+    }
+    assert!(batch.has_free_slot());
+}
