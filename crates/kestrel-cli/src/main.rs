@@ -54,11 +54,13 @@ struct ServeArgs {
     host: String,
     #[arg(long = "port", default_value_t = 8080)]
     port: u16,
-    /// Context size in tokens (default: min(4096, the model's training context)).
+    /// Context size in tokens, shared by the slots (default: each slot gets
+    /// min(4096, the model's training context)).
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<usize>,
-    /// Slots (`-np`); requests still run one at a time (no continuous batching yet).
-    #[arg(long = "parallel", default_value_t = 1)]
+    /// Slots (`-np`): requests decoded together in one batch, each with its
+    /// share of the context; more requests wait in the queue.
+    #[arg(long = "parallel", default_value_t = 4)]
     parallel: usize,
     /// Worker threads (default: available cores).
     #[arg(short = 't', long = "threads")]
@@ -82,7 +84,7 @@ struct ServeArgs {
     /// The most tokens a request may generate (-1 = no limit).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     n_predict: i64,
-    /// Requests that may wait while one generates; beyond that, 503.
+    /// Requests that may wait while every slot is busy; beyond that, 503.
     #[arg(long = "max-queue", default_value_t = 64)]
     max_queue: usize,
     #[command(flatten)]
@@ -276,8 +278,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    if a.parallel == 0 {
-        bail!("--parallel must be at least 1");
+    if a.parallel == 0 || a.parallel > 256 {
+        bail!("--parallel must be in 1..=256, got {}", a.parallel);
     }
     if a.max_queue == 0 {
         bail!("--max-queue must be at least 1");
@@ -285,6 +287,13 @@ fn serve(a: ServeArgs) -> Result<()> {
     if let Some(c) = a.ctx_size {
         if c == 0 || c > 1 << 20 {
             bail!("--ctx-size must be in 1..=1048576, got {c}");
+        }
+        if c / a.parallel < 2 {
+            bail!(
+                "--ctx-size {c} leaves {} tokens to each of the {} slots; give at least 2 per slot",
+                c / a.parallel,
+                a.parallel
+            );
         }
     }
     if !a.model.is_file() {

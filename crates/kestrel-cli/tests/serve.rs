@@ -442,7 +442,8 @@ fn serve_endpoints() {
 
     // /props, /slots, /metrics.
     let v = request(port, "GET", "/props", "").json();
-    assert_eq!(v["default_generation_settings"]["n_ctx"], 512);
+    // -c 512 shared by two slots.
+    assert_eq!(v["default_generation_settings"]["n_ctx"], 256);
     assert_eq!(v["total_slots"], 2);
     let v = request(port, "GET", "/slots", "").json();
     assert_eq!(v.as_array().unwrap().len(), 2);
@@ -558,7 +559,7 @@ fn serve_rejects_malformed_requests_and_survives() {
         &format!(r#"{{"prompt":"{long_prompt}"}}"#),
     );
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(msg.contains("512"), "{msg}");
+    assert!(msg.contains("601") && msg.contains("128"), "{msg}");
 
     // Garbage on the socket does not take the server down either.
     for junk in [
@@ -670,7 +671,7 @@ fn metric(port: u16, name: &str) -> f64 {
 
 #[test]
 fn serve_queue_full_and_shutdown_mid_stream() {
-    let mut s = start(&["--max-queue", "1", "--metrics"]);
+    let mut s = start(&["--max-queue", "1", "--metrics", "-np", "1"]);
     let port = s.port;
     let long = json!({"prompt": "Once upon a time", "max_tokens": 400, "stream": true,
         "ignore_eos": true, "temperature": 0})
@@ -799,4 +800,140 @@ fn serve_bad_model_exits_1() {
         err.contains("error:") && err.contains("not-a-model.gguf"),
         "{err}"
     );
+}
+
+/// Reads SSE events from an open stream until `[DONE]`; returns the text of
+/// the completion chunks.
+fn read_stream<R: BufRead>(r: &mut R) -> String {
+    let mut body = Vec::new();
+    while let Some(c) = next_chunk(r).unwrap() {
+        body.extend(c);
+    }
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| {
+            let v: Value = serde_json::from_str(e).unwrap();
+            v["choices"][0]["text"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+fn busy_slots(port: u16) -> usize {
+    let v = request(port, "GET", "/slots", "").json();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["is_processing"] == true)
+        .count()
+}
+
+/// Eight seeded streams at once decode together (the slots show them
+/// running side by side) and each streams exactly what it streams alone.
+#[test]
+fn serve_concurrent_streams_equal_each_alone() {
+    let s = start(&["-np", "8"]);
+    let port = s.port;
+    let topics = [
+        "the sea",
+        "a mountain",
+        "bread",
+        "a robot",
+        "the moon",
+        "winter",
+        "a river",
+        "music",
+    ];
+    let bodies: Vec<String> = topics
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            json!({"prompt": format!("A short story about {t}:"), "max_tokens": 32,
+                "temperature": 0.9, "seed": 100 + i, "top_k": 40, "stream": true,
+                "ignore_eos": true})
+            .to_string()
+        })
+        .collect();
+    let stream = move |body: &str| {
+        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+        assert_eq!(status, 200);
+        read_stream(&mut r)
+    };
+    let alone: Vec<String> = bodies.iter().map(|b| stream(b)).collect();
+    assert!(alone.iter().all(|t| !t.is_empty()));
+    assert!(alone.windows(2).any(|w| w[0] != w[1]), "different requests");
+
+    let watcher = std::thread::spawn(move || {
+        let mut most = 0;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            most = most.max(busy_slots(port));
+            if most == 8 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        most
+    });
+    let together: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = bodies.iter().map(|b| sc.spawn(move || stream(b))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let most = watcher.join().unwrap();
+    assert!(most >= 4, "at most {most} requests ran at once");
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a, b, "request {i}: concurrent output differs from alone");
+    }
+}
+
+/// A client that drops its stream frees the slot within a second; a
+/// repeated prompt reuses the cached prefix (`cache_n`) and answers the same.
+#[test]
+fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
+    let s = start(&["-np", "2", "--metrics"]);
+    let port = s.port;
+    let body = json!({"prompt": "Count slowly: one, two,", "max_tokens": 200, "stream": true,
+        "ignore_eos": true, "temperature": 0})
+    .to_string();
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+    assert_eq!(status, 200);
+    for _ in 0..3 {
+        assert!(next_chunk(&mut r).unwrap().is_some());
+    }
+    assert_eq!(busy_slots(port), 1);
+    let t0 = Instant::now();
+    drop(r);
+    while busy_slots(port) > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the slot is still busy {:?} after the client left",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(metric(port, "requests_processing"), 0.0);
+
+    let ask = json!({"prompt": "The three primary colors are red, yellow and", "max_tokens": 8,
+        "temperature": 0});
+    let first = post(port, "/v1/completions", &ask).json();
+    let second = post(port, "/v1/completions", &ask).json();
+    assert_eq!(first["choices"][0]["text"], second["choices"][0]["text"]);
+    let (t1, t2) = (&first["timings"], &second["timings"]);
+    assert_eq!(t1["cache_n"], 0, "{t1}");
+    let n_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = t2["cache_n"].as_u64().unwrap();
+    assert!(cached > 0 && cached < n_prompt, "{t2}");
+    assert_eq!(t2["prompt_n"].as_u64().unwrap(), n_prompt - cached, "{t2}");
+    // cache_prompt: false computes the whole prompt again.
+    let mut fresh = ask.clone();
+    fresh["cache_prompt"] = json!(false);
+    let third = post(port, "/v1/completions", &fresh).json();
+    assert_eq!(third["timings"]["cache_n"], 0);
+    assert_eq!(third["choices"][0]["text"], first["choices"][0]["text"]);
 }

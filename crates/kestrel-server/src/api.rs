@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kestrel_engine::{Engine, Generation, StopReason, TokenLogprobs};
@@ -59,6 +59,24 @@ pub async fn health(State(s): AppState) -> Response {
 }
 
 pub async fn models(State(s): AppState) -> Response {
+    ok(json!({"object": "list", "data": [model_card(&s)]}))
+}
+
+/// `GET /v1/models/{id}` (OpenAI's retrieve): the served model by its name;
+/// any other name is a 404 that says which one is served.
+pub async fn model(State(s): AppState, Path(id): Path<String>) -> Response {
+    let name = model_name(&s);
+    if id != name {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no model named '{id}'; this server serves '{name}'"),
+        )
+        .into_response();
+    }
+    ok(model_card(&s))
+}
+
+fn model_card(s: &Shared) -> Value {
     let mut meta = Map::new();
     if let Ok(l) = s.loaded() {
         let hp = &l.engine.model.spec.hparams;
@@ -66,16 +84,13 @@ pub async fn models(State(s): AppState) -> Response {
         meta.insert("n_ctx_train".into(), json!(hp.n_ctx_train));
         meta.insert("n_embd".into(), json!(hp.n_embd));
     }
-    ok(json!({
-        "object": "list",
-        "data": [{
-            "id": model_name(&s),
-            "object": "model",
-            "created": unix_time(),
-            "owned_by": "kestrel",
-            "meta": meta,
-        }],
-    }))
+    json!({
+        "id": model_name(s),
+        "object": "model",
+        "created": unix_time(),
+        "owned_by": "kestrel",
+        "meta": meta,
+    })
 }
 
 pub async fn chat_completions(State(s): AppState, body: Bytes) -> Response {
@@ -114,7 +129,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
     };
     let req = request::gen_request(&o, api, &l.engine, l.n_ctx, s.config.n_predict)?;
     request::check_prompt_len(&tokens, l.n_ctx)?;
-    let rx = s.submit(tokens, req.params.clone())?;
+    let rx = s.submit(tokens, req.params.clone(), req.cache_prompt)?;
     let shape = Shape {
         api,
         id: new_id(api),
@@ -184,10 +199,10 @@ pub fn timings(g: &Generation) -> Value {
     let s = &g.stats;
     let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     json!({
-        "cache_n": 0,
-        "prompt_n": s.prompt_tokens,
+        "cache_n": s.cache_n,
+        "prompt_n": s.prompt_tokens - s.cache_n,
         "prompt_ms": s.prompt_ms,
-        "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_tokens),
+        "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_tokens - s.cache_n),
         "prompt_per_second": s.prompt_tps(),
         "predicted_n": s.generated_tokens,
         "predicted_ms": s.generate_ms,
@@ -600,6 +615,7 @@ pub async fn props(State(s): AppState) -> Response {
             },
         },
         "total_slots": s.config.parallel,
+        "n_ctx_total": s.loaded().map_or(Value::Null, |l| json!(l.n_ctx_total)),
         "model_alias": model_name(&s),
         "model_path": s.config.model.display().to_string(),
         "chat_template": template,
@@ -616,12 +632,29 @@ pub async fn slots(State(s): AppState) -> Response {
         )
         .into_response();
     }
+    let info = s.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let n_ctx = s.loaded().map(|l| l.n_ctx).ok();
-    // Requests run one at a time: only slot 0 is ever busy.
-    let busy = s.metrics.processing.load(Ordering::SeqCst);
-    let list: Vec<Value> = (0..s.config.parallel)
-        .map(|id| json!({"id": id, "n_ctx": n_ctx, "is_processing": busy && id == 0}))
-        .collect();
+    let list: Vec<Value> = if info.is_empty() {
+        // Still loading: the slots exist, idle, as configured.
+        (0..s.config.parallel)
+            .map(|id| json!({"id": id, "n_ctx": n_ctx, "is_processing": false}))
+            .collect()
+    } else {
+        info.iter()
+            .map(|slot| {
+                json!({
+                    "id": slot.id,
+                    "id_task": slot.task.map_or(-1, |t| t as i64),
+                    "n_ctx": slot.n_ctx,
+                    "is_processing": slot.task.is_some(),
+                    "n_prompt_tokens": slot.n_prompt,
+                    "n_cached_tokens": slot.cache_n,
+                    "n_past": slot.n_past,
+                    "n_decoded": slot.n_decoded,
+                })
+            })
+            .collect()
+    };
     ok(Value::Array(list))
 }
 
@@ -648,7 +681,9 @@ pub async fn metrics(State(s): AppState) -> Response {
             0.0
         }
     };
-    let rows: [(&str, &str, &str, String); 8] = [
+    let kv = m.kv_tokens.load(Ordering::SeqCst);
+    let kv_total = s.loaded().map_or(0, |l| l.n_ctx_total);
+    let rows: [(&str, &str, &str, String); 10] = [
         (
             "prompt_tokens_total",
             "counter",
@@ -689,13 +724,25 @@ pub async fn metrics(State(s): AppState) -> Response {
             "requests_processing",
             "gauge",
             "Number of requests processing.",
-            u8::from(m.processing.load(Ordering::SeqCst)).to_string(),
+            m.processing.load(Ordering::SeqCst).to_string(),
         ),
         (
             "requests_deferred",
             "gauge",
             "Number of requests deferred.",
             m.deferred.load(Ordering::SeqCst).to_string(),
+        ),
+        (
+            "kv_cache_tokens",
+            "gauge",
+            "KV-cache tokens.",
+            kv.to_string(),
+        ),
+        (
+            "kv_cache_usage_ratio",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            (kv as f64 / kv_total.max(1) as f64).to_string(),
         ),
     ];
     let mut text = String::new();

@@ -6,8 +6,8 @@
 //! endpoints, [`request`] the parsing of request bodies, [`worker`] the
 //! engine thread and its queue.
 //!
-//! Requests are served one at a time from a bounded queue (no continuous
-//! batching yet).
+//! Requests run together in a continuous batch of `--parallel` slots; more
+//! wait in a bounded queue.
 
 pub mod api;
 pub mod error;
@@ -38,7 +38,7 @@ pub struct ServeConfig {
     pub port: u16,
     /// Context size; `None` = min(4096, the model's training context).
     pub n_ctx: Option<usize>,
-    /// Slots reported by `/props` and `/slots` (requests still run one at a time).
+    /// Slots: sequences decoded together, each with its share of the context.
     pub parallel: usize,
     pub threads: usize,
     pub api_key: Option<String>,
@@ -78,6 +78,7 @@ async fn run(config: ServeConfig) -> Result<()> {
         queue,
         shutdown: Default::default(),
         metrics: Metrics::default(),
+        slots: Default::default(),
     });
     let app = router(shared.clone());
     let cfg = &shared.config;
@@ -178,6 +179,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/health", get(api::health))
         .route("/v1/models", get(api::models))
         .route("/models", get(api::models))
+        .route("/v1/models/{id}", get(api::model))
         .route("/v1/chat/completions", post(api::chat_completions))
         .route("/chat/completions", post(api::chat_completions))
         .route("/v1/completions", post(api::completions))

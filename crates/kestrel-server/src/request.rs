@@ -109,6 +109,8 @@ pub struct GenRequest {
     pub include_usage: bool,
     /// How many alternatives to report per token, when logprobs are asked for.
     pub logprobs: Option<usize>,
+    /// Reuse a slot's cached prompt prefix (llama-server's default: true).
+    pub cache_prompt: bool,
 }
 
 /// Rejects what this server does not do yet, with a message that says so.
@@ -149,6 +151,28 @@ pub fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
                 )));
             }
         }
+    }
+    // Legacy completions' echo (the prompt, with its logprobs, leading the
+    // text), best_of and suffix (insertion) change what the answer holds: a
+    // client that sent them (lm-eval's loglikelihood sends echo) would read
+    // an answer to another question, so they are refused, as llama-server
+    // refuses them.
+    if get_bool(o, "echo")? == Some(true) {
+        return Err(ApiError::bad_request(
+            "'echo' (the prompt in the answer) is not supported yet",
+        ));
+    }
+    if let Some(n) = get_int(o, "best_of", i64::MIN, i64::MAX)? {
+        if n != 1 {
+            return Err(ApiError::bad_request(format!(
+                "'best_of' must be 1 (one candidate per request), got {n}"
+            )));
+        }
+    }
+    if get_str(o, "suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::bad_request(
+            "'suffix' (insertion) is not supported yet",
+        ));
     }
     for name in ["json_schema", "grammar"] {
         if field(o, name).is_some() {
@@ -222,7 +246,7 @@ pub fn gen_request(
         Some(Value::Object(so)) => get_bool(so, "include_usage")?.unwrap_or(false),
         Some(v) => return Err(wrong("stream_options", "an object", v)),
     };
-    get_bool(o, "cache_prompt")?; // accepted; there is no prompt cache yet
+    let cache_prompt = get_bool(o, "cache_prompt")?.unwrap_or(true);
     let logprobs = match api {
         Api::Chat => {
             let top = get_int(o, "top_logprobs", 0, 20)?;
@@ -257,6 +281,7 @@ pub fn gen_request(
         stream,
         include_usage,
         logprobs,
+        cache_prompt,
     })
 }
 
@@ -534,11 +559,15 @@ mod tests {
                 "not supported yet",
             ),
             (json!({"grammar": "root ::= x"}), "not supported yet"),
+            (json!({"echo": true}), "'echo'"),
+            (json!({"best_of": 2}), "'best_of' must be 1"),
+            (json!({"suffix": "}"}), "'suffix'"),
         ] {
             let e = check_unsupported(&obj(v)).unwrap_err();
             assert!(e.message.contains(want), "{}", e.message);
         }
-        let fine = json!({"n": 1, "tools": [], "response_format": {"type": "text"}});
+        let fine = json!({"n": 1, "tools": [], "response_format": {"type": "text"},
+            "echo": false, "best_of": 1, "suffix": ""});
         assert!(check_unsupported(&obj(fine)).is_ok());
     }
 

@@ -1,18 +1,21 @@
 //! The engine thread and its queue. The model loads on this thread while the
 //! HTTP side already answers (`/health` says 503 until it is ready); then the
-//! thread takes jobs from a bounded queue and runs them one at a time: there
-//! is no batched multi-sequence decode yet, so requests wait their turn. A
-//! job's tokens go back over a channel; when the client has gone (the
-//! receiver is dropped) or the server shuts down, the callback returns false
-//! and the generation stops.
+//! thread runs a continuous batch ([`kestrel_engine::Batch`]): between steps
+//! it takes queued jobs into free slots and cancels sequences whose client
+//! has gone (the event receiver was dropped), then runs one batched step for
+//! every running sequence. Jobs wait in a bounded queue while every slot is
+//! busy. A job's tokens go back over a channel.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, RwLock};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
 
-use kestrel_engine::{Engine, GenerateParams, Generation, TokenLogprobs};
+use kestrel_engine::{
+    AdmitError, Batch, Engine, GenerateParams, Generation, SlotInfo, TokenLogprobs,
+};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::ApiError;
@@ -34,14 +37,24 @@ pub enum Event {
 pub struct Job {
     pub prompt: Vec<u32>,
     pub params: GenerateParams,
+    /// Reuse the longest cached prefix of a free slot.
+    pub cache_prompt: bool,
     pub events: UnboundedSender<Event>,
 }
 
 /// The model once loaded, with facts the endpoints report.
 pub struct Loaded {
     pub engine: Engine,
+    /// The context of one slot: what one request can use.
     pub n_ctx: usize,
+    /// All slots together.
+    pub n_ctx_total: usize,
 }
+
+/// Prompt tokens fed per step (a chunk; see [`kestrel_engine::Batch`]):
+/// big enough for the tiled prefill kernels, small enough that a long
+/// prompt holds the running streams up for a fraction of a second.
+pub const PROMPT_CHUNK: usize = 256;
 
 pub enum LoadState {
     Loading,
@@ -59,7 +72,10 @@ pub struct Metrics {
     pub requests: AtomicU64,
     /// Jobs in the queue, not yet started.
     pub deferred: AtomicUsize,
-    pub processing: AtomicBool,
+    /// Sequences running in the batch.
+    pub processing: AtomicUsize,
+    /// Tokens held in the slots' KV caches.
+    pub kv_tokens: AtomicUsize,
 }
 
 /// State shared by the HTTP handlers and the engine thread.
@@ -69,6 +85,8 @@ pub struct Shared {
     pub queue: SyncSender<Job>,
     pub shutdown: AtomicBool,
     pub metrics: Metrics,
+    /// The slots as of the last step, for `/slots`.
+    pub slots: Mutex<Vec<SlotInfo>>,
 }
 
 impl Shared {
@@ -88,6 +106,7 @@ impl Shared {
         &self,
         prompt: Vec<u32>,
         params: GenerateParams,
+        cache_prompt: bool,
     ) -> Result<UnboundedReceiver<Event>, ApiError> {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(ApiError::unavailable("the server is shutting down"));
@@ -97,6 +116,7 @@ impl Shared {
         let sent = self.queue.try_send(Job {
             prompt,
             params,
+            cache_prompt,
             events,
         });
         if let Err(e) = sent {
@@ -135,63 +155,166 @@ pub fn run(
         }
     };
     let train = engine.model.spec.hparams.n_ctx_train.max(1);
-    let n_ctx = cfg.n_ctx.unwrap_or(4096.min(train));
-    let l = Arc::new(Loaded { engine, n_ctx });
+    let slots = cfg.parallel.max(1);
+    // `-c` is shared by the slots, as llama-server's; without it each slot
+    // gets what one request got before batching: min(4096, training context).
+    let (n_ctx, n_ctx_total) = match cfg.n_ctx {
+        Some(c) => (c / slots, c),
+        None => (4096.min(train), 4096.min(train) * slots),
+    };
+    let l = Arc::new(Loaded {
+        engine,
+        n_ctx,
+        n_ctx_total,
+    });
     *shared.state.write().unwrap_or_else(|e| e.into_inner()) = LoadState::Ready(l.clone());
-    eprintln!("model loaded: n_ctx {n_ctx}; ready");
+    eprintln!("model loaded: {slots} slots of {n_ctx} tokens; ready");
     let _ = loaded.send(Ok(()));
+    serve_jobs(&shared, &jobs, &l.engine, slots, n_ctx);
+}
 
+/// The batching loop (see the module documentation).
+fn serve_jobs(
+    shared: &Arc<Shared>,
+    jobs: &Receiver<Job>,
+    engine: &Engine,
+    slots: usize,
+    n_ctx: usize,
+) {
     let m = &shared.metrics;
-    for job in jobs {
-        m.deferred.fetch_sub(1, Ordering::SeqCst);
-        // A client that left while waiting, or a shutdown, skips the job;
-        // dropping its sender tells a waiting handler.
-        if shared.shutdown.load(Ordering::SeqCst) || job.events.is_closed() {
-            continue;
+    let mut batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
+    let mut running: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
+    let mut next_id = 0u64;
+    loop {
+        let stopping = shared.shutdown.load(Ordering::SeqCst);
+        // A client that left (or a shutdown) ends its sequence here, between
+        // steps, which frees the slot for the next job.
+        for id in batch.ids() {
+            let gone = running.get(&id).is_none_or(|tx| tx.is_closed());
+            if gone || stopping {
+                let g = batch.cancel(id);
+                if let (Some(tx), Some(g)) = (running.remove(&id), g) {
+                    record(m, &g);
+                    let _ = tx.send(Event::Done(Ok(g)));
+                }
+            }
         }
-        m.processing.store(true, Ordering::SeqCst);
-        let events = &job.events;
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            l.engine.generate(&job.prompt, &job.params, |ev| {
+        // Queued jobs into free slots; with nothing running, wait for one.
+        while batch.has_free_slot() {
+            let job = if batch.is_idle() {
+                match jobs.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            };
+            m.deferred.fetch_sub(1, Ordering::SeqCst);
+            // A client that left while waiting, or a shutdown, skips the
+            // job; dropping its sender tells a waiting handler.
+            if shared.shutdown.load(Ordering::SeqCst) || job.events.is_closed() {
+                continue;
+            }
+            let id = next_id;
+            next_id += 1;
+            let (events, sd) = (job.events.clone(), shared.clone());
+            let sink = Box::new(move |ev: &kestrel_engine::TokenEvent<'_>| {
                 let sent = events.send(Event::Token {
                     token: ev.token,
                     text: ev.text.to_owned(),
                     logprobs: ev.logprobs.cloned(),
                 });
-                sent.is_ok() && !shared.shutdown.load(Ordering::SeqCst)
-            })
-        }));
-        let result = match result {
-            Ok(Ok(g)) => {
-                let s = &g.stats;
-                eprintln!(
-                    "request: prompt {} tokens, {:.1} t/s | generated {} tokens, {:.1} t/s | stop: {:?}",
-                    s.prompt_tokens,
-                    s.prompt_tps(),
-                    s.generated_tokens,
-                    s.generate_tps(),
-                    s.stop
-                );
-                m.requests.fetch_add(1, Ordering::Relaxed);
-                m.prompt_tokens
-                    .fetch_add(s.prompt_tokens as u64, Ordering::Relaxed);
-                m.prompt_us
-                    .fetch_add((s.prompt_ms * 1000.0) as u64, Ordering::Relaxed);
-                m.predicted_tokens
-                    .fetch_add(s.generated_tokens as u64, Ordering::Relaxed);
-                m.predicted_us
-                    .fetch_add((s.generate_ms * 1000.0) as u64, Ordering::Relaxed);
-                Ok(g)
+                sent.is_ok() && !sd.shutdown.load(Ordering::SeqCst)
+            });
+            match batch.admit(id, job.prompt, &job.params, job.cache_prompt, sink) {
+                Ok(_) => {
+                    running.insert(id, job.events);
+                }
+                Err(AdmitError::Invalid(e)) => {
+                    let _ = job.events.send(Event::Done(Err(e.to_string())));
+                }
+                Err(AdmitError::Busy) => {
+                    let _ = job
+                        .events
+                        .send(Event::Done(Err("internal error: no free slot".into())));
+                }
             }
-            Ok(Err(e)) => {
-                eprintln!("request failed: {e}");
-                Err(e.to_string())
+        }
+        publish(shared, &batch);
+        if batch.is_idle() {
+            continue;
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| batch.step())) {
+            Ok(finished) => {
+                for (id, result) in finished {
+                    let Some(tx) = running.remove(&id) else {
+                        continue;
+                    };
+                    let result = match result {
+                        Ok(g) => {
+                            log(&g);
+                            record(m, &g);
+                            Ok(g)
+                        }
+                        Err(e) => {
+                            eprintln!("request failed: {e}");
+                            Err(e.to_string())
+                        }
+                    };
+                    let _ = tx.send(Event::Done(result));
+                }
             }
-            // A bug, not the client's fault: this request fails, the server
-            // goes on (the panic message is already on stderr).
-            Err(_) => Err("internal error: generation panicked".to_owned()),
-        };
-        m.processing.store(false, Ordering::SeqCst);
-        let _ = job.events.send(Event::Done(result));
+            // A bug, not a client's fault: the running requests fail, the
+            // server goes on with fresh slots (the panic message is already
+            // on stderr).
+            Err(_) => {
+                for (_, tx) in running.drain() {
+                    let _ = tx.send(Event::Done(Err(
+                        "internal error: generation panicked".to_owned()
+                    )));
+                }
+                batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
+            }
+        }
+        publish(shared, &batch);
     }
+}
+
+/// Copies the batch's state where `/slots` and `/metrics` read it.
+fn publish(shared: &Shared, batch: &Batch<'_>) {
+    let info = batch.slot_info();
+    let m = &shared.metrics;
+    m.processing.store(batch.running(), Ordering::SeqCst);
+    m.kv_tokens
+        .store(info.iter().map(|s| s.n_past).sum(), Ordering::SeqCst);
+    *shared.slots.lock().unwrap_or_else(|e| e.into_inner()) = info;
+}
+
+fn log(g: &Generation) {
+    let s = &g.stats;
+    eprintln!(
+        "request: prompt {} tokens ({} cached), {:.1} t/s | generated {} tokens, {:.1} t/s | stop: {:?}",
+        s.prompt_tokens,
+        s.cache_n,
+        s.prompt_tps(),
+        s.generated_tokens,
+        s.generate_tps(),
+        s.stop
+    );
+}
+
+fn record(m: &Metrics, g: &Generation) {
+    let s = &g.stats;
+    m.requests.fetch_add(1, Ordering::Relaxed);
+    m.prompt_tokens
+        .fetch_add((s.prompt_tokens - s.cache_n) as u64, Ordering::Relaxed);
+    m.prompt_us
+        .fetch_add((s.prompt_ms * 1000.0) as u64, Ordering::Relaxed);
+    m.predicted_tokens
+        .fetch_add(s.generated_tokens as u64, Ordering::Relaxed);
+    m.predicted_us
+        .fetch_add((s.generate_ms * 1000.0) as u64, Ordering::Relaxed);
 }
