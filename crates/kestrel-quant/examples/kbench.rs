@@ -2,7 +2,8 @@
 //! (one thread), and of the four-row prefill kernels on L1-resident data in
 //! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
 use kestrel_quant::{
-    dot2_kernel, dot4_kernel, dot_kernel, quantize_activations, quantize_row, DotPath, GgmlType,
+    dot2_kernel, dot4_kernel, dot_kernel, dot_rows4_kernel, quantize_activations, quantize_row,
+    DotPath, GgmlType,
 };
 use std::time::Instant;
 
@@ -59,6 +60,22 @@ fn main() {
                 let dt = t0.elapsed().as_secs_f64();
                 println!(
                     "{ty} rows {rows}, two at a time: {:.2} GB/s ({s})",
+                    (rb * rows * reps) as f64 / dt / 1e9
+                );
+            }
+            if let Some(f4) = dot_rows4_kernel(DotPath::VecDot, ty) {
+                let t0 = Instant::now();
+                for _ in 0..reps {
+                    let q = rows / 4;
+                    for r in 0..q {
+                        let at = |k: usize| &w[(k * q + r) * rb..(k * q + r + 1) * rb];
+                        let v = f4([at(0), at(1), at(2), at(3)], &a);
+                        s += v[0] + v[1] + v[2] + v[3];
+                    }
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                println!(
+                    "{ty} rows {rows}, four at a time: {:.2} GB/s ({s})",
                     (rb * rows * reps) as f64 / dt / 1e9
                 );
             }
