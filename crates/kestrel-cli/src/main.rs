@@ -41,6 +41,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Serve the model over HTTP (OpenAI- and llama-server-compatible).
     Serve(ServeArgs),
+    /// List the GPU adapters the GPU backend can use, best first.
+    Devices,
 }
 
 /// `kestrel serve`: llama-server's flag names and defaults where they overlap.
@@ -257,6 +259,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => profile::profile(a),
         Command::Perplexity(a) => perplexity::perplexity(a),
         Command::Serve(a) => serve(a),
+        Command::Devices => devices(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -271,6 +274,17 @@ pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+fn devices() -> Result<()> {
+    let all = kestrel_gpu::adapters();
+    if all.is_empty() {
+        bail!("{}", kestrel_gpu::GpuError::NoAdapter);
+    }
+    for (i, a) in all.iter().enumerate() {
+        println!("{i}: {a}");
+    }
+    Ok(())
 }
 
 fn serve(a: ServeArgs) -> Result<()> {

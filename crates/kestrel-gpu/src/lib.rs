@@ -1,0 +1,299 @@
+//! The GPU backend on wgpu (Vulkan, Metal, DX12; Mesa's lavapipe runs it on
+//! a machine with no GPU). This module owns the device: adapter choice,
+//! what the adapter offers (f16, subgroups, the largest storage binding),
+//! buffers and readback. [`matvec`] owns the quantized matrix-vector
+//! kernels, [`norm`] RMSNorm. Each kernel is held to its CPU twin in the
+//! tests, with a stated error bound.
+//!
+//! Not yet: the whole forward pass recorded in one submission, the
+//! on-device sampler, the pipelined decode loop.
+
+pub mod matvec;
+pub mod norm;
+
+use std::fmt;
+
+use wgpu::util::DeviceExt;
+
+/// Why the GPU could not be used; each names what was missing.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "no GPU adapter found (on Linux without a GPU, install Mesa's software \
+         Vulkan: apt-get install mesa-vulkan-drivers libvulkan1)"
+    )]
+    NoAdapter,
+    #[error("the GPU adapter '{adapter}' refused a device: {err}")]
+    Device { adapter: String, err: String },
+    #[error("{0}")]
+    Shape(String),
+    #[error("{what} needs {need} bytes in one binding; this adapter allows {limit}")]
+    TooLarge { what: String, need: u64, limit: u64 },
+    #[error("weight type {0} has no GPU kernel yet")]
+    Unsupported(kestrel_gguf::GgmlType),
+    #[error("the GPU failed: {0}")]
+    Failed(String),
+}
+
+/// A GPU adapter as the `devices` listing shows it.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub kind: String,
+    pub driver: String,
+}
+
+impl fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}, {}", self.name, self.backend, self.kind)?;
+        if !self.driver.is_empty() {
+            write!(f, ", {}", self.driver)?;
+        }
+        write!(f, ")")
+    }
+}
+
+fn summary(info: &wgpu::AdapterInfo) -> AdapterSummary {
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        kind: format!("{:?}", info.device_type),
+        driver: [info.driver.as_str(), info.driver_info.as_str()]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+/// Vulkan, Metal and DX12 only (OpenGL has no compute path worth using),
+/// unless `WGPU_BACKEND` names others.
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if std::env::var_os("WGPU_BACKEND").is_none() {
+        desc.backends = wgpu::Backends::PRIMARY;
+    }
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter wgpu finds, best first as [`Gpu::new`] ranks them.
+pub fn adapters() -> Vec<AdapterSummary> {
+    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    all.sort_by_key(|a| rank(&a.get_info()));
+    all.iter().map(|a| summary(&a.get_info())).collect()
+}
+
+/// Lower is better: a real GPU before a software one, and a compute API
+/// (Vulkan, Metal, DX12) before OpenGL.
+fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    let api = match info.backend {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        _ => 1,
+    };
+    (kind, api)
+}
+
+/// An open GPU: the device and queue, and what the adapter offers.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub adapter: AdapterSummary,
+    /// The adapter has `shader-f16` (enabled on the device).
+    pub has_f16: bool,
+    /// The adapter has subgroup operations (enabled on the device).
+    pub has_subgroups: bool,
+    /// The largest storage buffer one binding may hold: weights bigger than
+    /// this are split.
+    pub max_binding: u64,
+}
+
+impl Gpu {
+    /// Opens the best adapter (see [`adapters`]), asking for the adapter's
+    /// own limits rather than WebGPU's defaults (larger bindings and
+    /// buffers), and for f16 and subgroups where it has them.
+    pub fn new() -> Result<Gpu, GpuError> {
+        let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+        all.sort_by_key(|a| rank(&a.get_info()));
+        let adapter = all.into_iter().next().ok_or(GpuError::NoAdapter)?;
+        let info = summary(&adapter.get_info());
+        let offered = adapter.features();
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let features = offered & wanted;
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("kestrel"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) =
+            pollster::block_on(adapter.request_device(&desc)).map_err(|e| GpuError::Device {
+                adapter: info.to_string(),
+                err: e.to_string(),
+            })?;
+        Ok(Gpu {
+            device,
+            queue,
+            adapter: info,
+            has_f16: features.contains(wgpu::Features::SHADER_F16),
+            has_subgroups: features.contains(wgpu::Features::SUBGROUP),
+            max_binding: limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size),
+        })
+    }
+
+    /// A storage buffer holding `bytes` (padded to a multiple of 4, as
+    /// shaders read whole words).
+    pub fn upload(&self, what: &str, bytes: &[u8]) -> Result<wgpu::Buffer, GpuError> {
+        let padded = bytes.len().div_ceil(4) * 4;
+        if padded as u64 > self.max_binding {
+            return Err(GpuError::TooLarge {
+                what: what.to_owned(),
+                need: padded as u64,
+                limit: self.max_binding,
+            });
+        }
+        let mut data = bytes.to_vec();
+        data.resize(padded.max(4), 0);
+        Ok(self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(what),
+                contents: &data,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+            }))
+    }
+
+    pub fn upload_f32(&self, what: &str, v: &[f32]) -> Result<wgpu::Buffer, GpuError> {
+        self.upload(what, bytemuck::cast_slice(v))
+    }
+
+    /// An uninitialised f32 storage buffer of `n` values.
+    pub fn scratch_f32(&self, what: &str, n: usize) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size: (n.max(1) * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Copies `n` f32 values out of `buf` and waits for them (tests and
+    /// one-off results; the decode loop reads back one step behind).
+    pub fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, GpuError> {
+        let size = (n * 4) as u64;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| drop(tx.send(r)));
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Failed(e.to_string()))?;
+        rx.recv()
+            .map_err(|e| GpuError::Failed(e.to_string()))?
+            .map_err(|e| GpuError::Failed(e.to_string()))?;
+        let view = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| GpuError::Failed(format!("{e:?}")))?;
+        Ok(bytemuck::cast_slice(&view[..n * 4]).to_vec())
+    }
+
+    /// A compute pipeline from WGSL source, entry point `main`.
+    pub(crate) fn pipeline(&self, label: &str, src: &str) -> wgpu::ComputePipeline {
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        self.device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+    }
+
+    /// A uniform buffer of u32 parameters.
+    pub(crate) fn params(&self, v: &[u32]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: bytemuck::cast_slice(v),
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+    }
+
+    /// Binds `buffers` (binding i = buffers[i]) to group 0 of `p`.
+    pub(crate) fn bind(
+        &self,
+        p: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &p.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+
+    /// Records one dispatch of `groups` workgroups (split over x and y when
+    /// there are more than one dimension allows) and submits it.
+    pub(crate) fn run(&self, p: &wgpu::ComputePipeline, bind: &wgpu::BindGroup, groups: u32) {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(p);
+            pass.set_bind_group(0, bind, &[]);
+            let (x, y) = grid(groups);
+            pass.dispatch_workgroups(x, y, 1);
+        }
+        self.queue.submit([enc.finish()]);
+    }
+}
+
+/// Workgroups per grid row: shaders number a workgroup `y * GRID_X + x`.
+pub(crate) const GRID_X: u32 = 32768;
+
+fn grid(groups: u32) -> (u32, u32) {
+    if groups <= GRID_X {
+        (groups.max(1), 1)
+    } else {
+        (GRID_X, groups.div_ceil(GRID_X))
+    }
+}
