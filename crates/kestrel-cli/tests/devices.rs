@@ -20,7 +20,9 @@ fn devices_lists_an_adapter() {
     let first = text.lines().next().unwrap_or_default();
     assert!(first.starts_with("0: "), "{text}");
     assert!(
-        ["Vulkan", "Metal", "Dx12"].iter().any(|api| first.contains(api)),
+        ["Vulkan", "Metal", "Dx12"]
+            .iter()
+            .any(|api| first.contains(api)),
         "{text}"
     );
 }
