@@ -2,14 +2,16 @@
 //! a machine with no GPU). This module owns the device: adapter choice,
 //! what the adapter offers (f16, subgroups, the largest storage binding),
 //! buffers and readback. [`matvec`] owns the quantized matrix-vector
-//! kernels, [`norm`] RMSNorm. Each kernel is held to its CPU twin in the
+//! kernels, [`norm`] RMSNorm, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
-//! Not yet: the whole forward pass recorded in one submission, the
-//! on-device sampler, the pipelined decode loop.
+//! Not yet: the whole forward pass recorded in one submission, sampling
+//! beyond greedy (top-k/p, min-p, temperature, the xorshift draw), the
+//! pipelined decode loop.
 
 pub mod matvec;
 pub mod norm;
+pub mod sample;
 
 use std::fmt;
 
@@ -190,6 +192,20 @@ impl Gpu {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
+    }
+
+    /// A u32 storage buffer holding `v`.
+    pub fn upload_u32(&self, what: &str, v: &[u32]) -> Result<wgpu::Buffer, GpuError> {
+        self.upload(what, bytemuck::cast_slice(v))
+    }
+
+    /// Copies `n` u32 values out of `buf` and waits for them.
+    pub fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>, GpuError> {
+        Ok(self
+            .read_f32(buf, n)?
+            .into_iter()
+            .map(f32::to_bits)
+            .collect())
     }
 
     /// Copies `n` f32 values out of `buf` and waits for them (tests and
