@@ -2,13 +2,15 @@
 //! a machine with no GPU). This module owns the device: adapter choice,
 //! what the adapter offers (f16, subgroups, the largest storage binding),
 //! buffers and readback. [`matvec`] owns the quantized matrix-vector
-//! kernels, [`norm`] RMSNorm, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
+//! kernels, [`embed`] the embedding lookup from the history buffer,
+//! [`norm`] RMSNorm, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
 //! Not yet: the whole forward pass recorded in one submission, sampling
 //! beyond greedy (top-k/p, min-p, temperature, the xorshift draw), the
 //! pipelined decode loop.
 
+pub mod embed;
 pub mod matvec;
 pub mod norm;
 pub mod sample;
@@ -273,11 +275,25 @@ impl Gpu {
         p: &wgpu::ComputePipeline,
         buffers: &[&wgpu::Buffer],
     ) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+        let numbered: Vec<(u32, &wgpu::Buffer)> = buffers
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
+            .map(|(i, b)| (i as u32, *b))
+            .collect();
+        self.bind_at(p, &numbered)
+    }
+
+    /// Binds each `(binding, buffer)` to group 0 of `p` (a shader's layout
+    /// holds only the bindings it uses).
+    pub(crate) fn bind_at(
+        &self,
+        p: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .map(|&(binding, b)| wgpu::BindGroupEntry {
+                binding,
                 resource: b.as_entire_binding(),
             })
             .collect();

@@ -110,7 +110,7 @@ impl MatVec {
     }
 }
 
-const HEADER: &str = r#"
+pub(crate) const HEADER: &str = r#"
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;

@@ -248,3 +248,32 @@ fn rms_norm_matches_the_cpu() {
         }
     }
 }
+
+/// The embedding lookup reads the token id from the history buffer and
+/// dequantizes that row as the CPU does (to the last bit or two: a GPU
+/// compiler may fuse d * q + m into one rounding).
+#[test]
+fn embedding_reads_the_token_from_history() {
+    let g = gpu();
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let (rows, cols) = (50usize, 512usize);
+        let (bytes, deq, _) = case(ty, rows, cols, 300 + i as u64);
+        let m = g.upload_matrix("tok_embd", ty, rows, cols, &bytes).unwrap();
+        let embed = kestrel_gpu::embed::Embed::new(g, ty).unwrap();
+        let history = g.upload_u32("history", &[5, 49, 17, 0]).unwrap();
+        let y = g.scratch_f32("x", cols);
+        for (pos, tok, scale) in [(1usize, 49usize, 1.0f32), (2, 17, 22.6)] {
+            embed.run(g, &m, (&history, &y), pos, scale).unwrap();
+            let got = g.read_f32(&y, cols).unwrap();
+            let want = &deq[tok * cols..(tok + 1) * cols];
+            let big = want.iter().fold(0f32, |a, v| a.max(v.abs())) * scale;
+            for (j, (a, b)) in got.iter().zip(want).enumerate() {
+                let b = b * scale;
+                assert!(
+                    (a - b).abs() <= 1e-6 * big,
+                    "{ty} token {tok} [{j}]: gpu {a} cpu {b}"
+                );
+            }
+        }
+    }
+}
