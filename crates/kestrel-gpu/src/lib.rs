@@ -3,7 +3,7 @@
 //! what the adapter offers (f16, subgroups, the largest storage binding),
 //! buffers and readback. [`matvec`] owns the quantized matrix-vector
 //! kernels, [`embed`] the embedding lookup from the history buffer,
-//! [`norm`] RMSNorm, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
+//! [`norm`] RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
 //! Not yet: the whole forward pass recorded in one submission, sampling
@@ -13,6 +13,7 @@
 pub mod embed;
 pub mod matvec;
 pub mod norm;
+pub mod ops;
 pub mod sample;
 
 use std::fmt;

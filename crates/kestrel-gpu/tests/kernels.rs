@@ -277,3 +277,112 @@ fn embedding_reads_the_token_from_history() {
         }
     }
 }
+
+/// RoPE from the host-built table rotates as the CPU (same cos/sin bits,
+/// the same fused form asked for), within 3e-7 for inputs in [-1, 1]: a
+/// shader compiler may round the products differently (lavapipe does), which
+/// shows where the two terms nearly cancel; both pairings, odd positions, a
+/// partial rotation.
+#[test]
+fn rope_matches_the_cpu() {
+    use kestrel_cpu::ops::{rope_apply, rope_cache};
+    let g = gpu();
+    let ops = kestrel_gpu::ops::Ops::new(g);
+    let (n_tok, n_head, head_dim) = (3usize, 4usize, 64usize);
+    for (neox, n_rot, base) in [
+        (false, 64usize, 10000.0f32),
+        (true, 64, 1_000_000.0),
+        (true, 32, 10000.0),
+    ] {
+        let positions = [0u32, 7, 4095];
+        let max_pos = 4096;
+        let mut table = Vec::with_capacity(max_pos * n_rot);
+        let mut row = Vec::new();
+        for p in 0..max_pos {
+            rope_cache(p, n_rot, base, 1.0, &mut row);
+            table.extend_from_slice(&row);
+        }
+        let mut rng = Rng(n_rot as u64 + u64::from(neox));
+        let v: Vec<f32> = (0..n_tok * n_head * head_dim).map(|_| rng.next()).collect();
+        let vb = g.upload_f32("v", &v).unwrap();
+        let tb = g.upload_f32("table", &table).unwrap();
+        let pb = g.upload_u32("pos", &positions).unwrap();
+        ops.rope(g, (&vb, &tb, &pb), n_tok, n_head, head_dim, n_rot, neox)
+            .unwrap();
+        let got = g.read_f32(&vb, v.len()).unwrap();
+        let mut want = v.clone();
+        for (t, &p) in positions.iter().enumerate() {
+            rope_cache(p as usize, n_rot, base, 1.0, &mut row);
+            for h in 0..n_head {
+                let at = (t * n_head + h) * head_dim;
+                rope_apply(&mut want[at..at + head_dim], &row, n_rot, neox);
+            }
+        }
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            // Inputs are in [-1, 1]: an ulp or two of the terms' size.
+            assert!(
+                (a - b).abs() <= 3e-7,
+                "neox {neox} n_rot {n_rot} [{i}]: gpu {a} cpu {b}"
+            );
+        }
+        assert_ne!(got, v, "rotation happened");
+    }
+}
+
+/// SwiGLU within 2e-6 of the CPU (exp differs in the last bits); GeGLU
+/// within the CPU's f16 table rounding (ggml computes GELU through an f16
+/// table): 2e-3 of |y| + 1e-5; softcap within 1e-5 of the cap (tanh is
+/// not correctly rounded on GPUs); add exact.
+#[test]
+fn glu_softcap_and_add_match_the_cpu() {
+    use kestrel_gpu::ops::{Glu, Ops};
+    let g = gpu();
+    let ops = Ops::new(g);
+    let n = 1000;
+    let mut rng = Rng(3);
+    let gate: Vec<f32> = (0..n).map(|_| rng.next() * 6.0).collect();
+    let up: Vec<f32> = (0..n).map(|_| rng.next() * 2.0).collect();
+    let (gb, ub, yb) = (
+        g.upload_f32("g", &gate).unwrap(),
+        g.upload_f32("u", &up).unwrap(),
+        g.scratch_f32("y", n),
+    );
+    for (act, tol) in [(Glu::Silu, 2e-6f32), (Glu::Gelu, 2e-3)] {
+        ops.glu(g, act, (&gb, &ub, &yb), n).unwrap();
+        let got = g.read_f32(&yb, n).unwrap();
+        let mut want = vec![0f32; n];
+        match act {
+            Glu::Silu => kestrel_cpu::ops::swiglu_portable(&gate, &up, &mut want),
+            Glu::Gelu => kestrel_cpu::ops::geglu_portable(&gate, &up, &mut want),
+        }
+        for i in 0..n {
+            let slack = if act == Glu::Gelu { 1e-5 } else { 1e-30 };
+            assert!(
+                (got[i] - want[i]).abs() <= tol * want[i].abs() + slack,
+                "{act:?} [{i}] gate {}: gpu {} cpu {}",
+                gate[i],
+                got[i],
+                want[i]
+            );
+        }
+    }
+    let xb = g.upload_f32("x", &gate).unwrap();
+    ops.softcap(g, &xb, n, 3.0).unwrap();
+    let got = g.read_f32(&xb, n).unwrap();
+    let mut want = gate.clone();
+    kestrel_cpu::ops::softcap(&mut want, 3.0);
+    for i in 0..n {
+        assert!(
+            (got[i] - want[i]).abs() <= 1e-5 * 3.0,
+            "softcap [{i}]: gpu {} cpu {}",
+            got[i],
+            want[i]
+        );
+    }
+    let xb = g.upload_f32("x", &gate).unwrap();
+    ops.add(g, &xb, &ub, n).unwrap();
+    let got = g.read_f32(&xb, n).unwrap();
+    for i in 0..n {
+        assert_eq!(got[i], gate[i] + up[i], "add [{i}]");
+    }
+}

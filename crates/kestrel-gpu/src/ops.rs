@@ -1,0 +1,194 @@
+//! Element-wise kernels of the forward pass: RoPE (from a cos/sin table the
+//! host builds once with the CPU's own `rope_cache`, so both devices rotate
+//! by the same angles; GPU cos/sin are far from correctly rounded), SwiGLU / GeGLU, softcap, and the residual add. One
+//! thread per value (per rotated pair for RoPE).
+
+use crate::{Gpu, GpuError, GRID_X};
+
+const ROPE: &str = r#"
+@group(0) @binding(0) var<storage, read_write> v: array<f32>;
+@group(0) @binding(1) var<storage, read> table: array<f32>;
+@group(0) @binding(2) var<storage, read> pos: array<u32>;
+// tokens, heads per token, head dim, rotated dims; neox
+@group(0) @binding(3) var<uniform> p: array<vec4<u32>, 2>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let half = p[0].w / 2u;
+    let i = (g.y * GRID_X + g.x) * 64u + t;
+    if (i >= p[0].x * p[0].y * half) { return; }
+    let pair = i % half;
+    let head = i / half;
+    let tok = head / p[0].y;
+    let base = head * p[0].z;
+    var a = base + 2u * pair;
+    var b = a + 1u;
+    if (p[1].x != 0u) {
+        a = base + pair;
+        b = a + half;
+    }
+    let c = table[pos[tok] * p[0].w + 2u * pair];
+    let s = table[pos[tok] * p[0].w + 2u * pair + 1u];
+    let x0 = v[a];
+    let x1 = v[b];
+    // The CPU's fused forms (as ggml's compiler contracts them).
+    v[a] = fma(x0, c, -(x1 * s));
+    v[b] = fma(x0, s, x1 * c);
+}
+"#;
+
+const ELEMENTWISE: &str = r#"
+@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+// n, op, f32 parameter bits
+@group(0) @binding(3) var<uniform> p: vec4<u32>;
+
+fn gelu(x: f32) -> f32 {
+    if (x <= -10.0) { return 0.0; }
+    if (x >= 10.0) { return x; }
+    let inner = fma(0.044715 * x, x, 1.0);
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * x * inner));
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let i = (g.y * GRID_X + g.x) * 64u + t;
+    if (i >= p.x) { return; }
+    switch (p.y) {
+        // y = silu(a) * b
+        case 0u: { let x = a[i]; y[i] = x / (1.0 + exp(-x)) * b[i]; }
+        // y = gelu(a) * b
+        case 1u: { y[i] = gelu(a[i]) * b[i]; }
+        // y = cap * tanh(y / cap)
+        case 2u: { let cap = bitcast<f32>(p.z); y[i] = tanh(y[i] * (1.0 / cap)) * cap; }
+        // y += a
+        default: { y[i] = y[i] + a[i]; }
+    }
+}
+"#;
+
+/// The activation of a gated feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    Silu,
+    Gelu,
+}
+
+pub struct Ops {
+    rope: wgpu::ComputePipeline,
+    elementwise: wgpu::ComputePipeline,
+    /// Bound where an op leaves an input unused (a buffer may not be bound
+    /// both read-only and writable in one dispatch).
+    unused: wgpu::Buffer,
+}
+
+fn check(what: &str, bufs: &[(&wgpu::Buffer, usize)]) -> Result<(), GpuError> {
+    for (i, (b, n)) in bufs.iter().enumerate() {
+        if b.size() < (*n * 4) as u64 {
+            return Err(GpuError::Shape(format!(
+                "{what}: buffer {i} holds {} bytes, {n} values needed",
+                b.size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Ops {
+    pub fn new(gpu: &Gpu) -> Ops {
+        let grid = format!("{GRID_X}u");
+        Ops {
+            rope: gpu.pipeline("rope", &ROPE.replace("GRID_X", &grid)),
+            elementwise: gpu.pipeline("elementwise", &ELEMENTWISE.replace("GRID_X", &grid)),
+            unused: gpu.scratch_f32("unused", 1),
+        }
+    }
+
+    /// Rotates the first `n_rot` dims of every head of `v` (`n_tok` rows of
+    /// `n_head` heads of `head_dim`), token t at position `pos[t]`, by the
+    /// table's cos/sin (row p: `rope_cache(p, ..)`). `neox` pairs (i, i +
+    /// n_rot/2), else (2i, 2i + 1).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        gpu: &Gpu,
+        (v, table, pos): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        n_tok: usize,
+        n_head: usize,
+        head_dim: usize,
+        n_rot: usize,
+        neox: bool,
+    ) -> Result<(), GpuError> {
+        if n_rot > head_dim || !n_rot.is_multiple_of(2) {
+            return Err(GpuError::Shape(format!(
+                "rope: {n_rot} rotated dims of a {head_dim}-wide head"
+            )));
+        }
+        check("rope", &[(v, n_tok * n_head * head_dim), (pos, n_tok)])?;
+        let params = gpu.params(&[
+            n_tok as u32,
+            n_head as u32,
+            head_dim as u32,
+            n_rot as u32,
+            u32::from(neox),
+            0,
+            0,
+            0,
+        ]);
+        let bind = gpu.bind(&self.rope, &[v, table, pos, &params]);
+        let n = n_tok * n_head * n_rot / 2;
+        gpu.run(&self.rope, &bind, (n as u32).div_ceil(64));
+        Ok(())
+    }
+
+    fn elementwise(
+        &self,
+        gpu: &Gpu,
+        (y, a, b): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        n: usize,
+        op: u32,
+        param: f32,
+    ) {
+        let params = gpu.params(&[n as u32, op, param.to_bits(), 0]);
+        let bind = gpu.bind(&self.elementwise, &[y, a, b, &params]);
+        gpu.run(&self.elementwise, &bind, (n as u32).div_ceil(64));
+    }
+
+    /// y = act(gate) * up over `n` values.
+    pub fn glu(
+        &self,
+        gpu: &Gpu,
+        act: Glu,
+        (gate, up, y): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        n: usize,
+    ) -> Result<(), GpuError> {
+        check("glu", &[(gate, n), (up, n), (y, n)])?;
+        let op = match act {
+            Glu::Silu => 0,
+            Glu::Gelu => 1,
+        };
+        self.elementwise(gpu, (y, gate, up), n, op, 0.0);
+        Ok(())
+    }
+
+    /// y = cap * tanh(y / cap) over `n` values (Gemma's final logits).
+    pub fn softcap(&self, gpu: &Gpu, y: &wgpu::Buffer, n: usize, cap: f32) -> Result<(), GpuError> {
+        check("softcap", &[(y, n)])?;
+        self.elementwise(gpu, (y, &self.unused, &self.unused), n, 2, cap);
+        Ok(())
+    }
+
+    /// y += a over `n` values (the residual stream).
+    pub fn add(
+        &self,
+        gpu: &Gpu,
+        y: &wgpu::Buffer,
+        a: &wgpu::Buffer,
+        n: usize,
+    ) -> Result<(), GpuError> {
+        check("add", &[(y, n), (a, n)])?;
+        self.elementwise(gpu, (y, a, &self.unused), n, 3, 0.0);
+        Ok(())
+    }
+}
