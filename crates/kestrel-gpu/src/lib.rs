@@ -3,13 +3,15 @@
 //! what the adapter offers (f16, subgroups, the largest storage binding),
 //! buffers and readback. [`matvec`] owns the quantized matrix-vector
 //! kernels, [`embed`] the embedding lookup from the history buffer,
-//! [`norm`] RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
+//! [`norm`] RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add,
+//! [`attention`] decode attention over the f16 KV cache, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
 //! Not yet: the whole forward pass recorded in one submission, sampling
 //! beyond greedy (top-k/p, min-p, temperature, the xorshift draw), the
 //! pipelined decode loop.
 
+pub mod attention;
 pub mod embed;
 pub mod matvec;
 pub mod norm;

@@ -386,3 +386,118 @@ fn glu_softcap_and_add_match_the_cpu() {
         assert_eq!(got[i], gate[i] + up[i], "add [{i}]");
     }
 }
+
+/// Keys and values stored as f16 (round to nearest even, as the CPU's
+/// f32_to_f16_row, bit for bit), then one-query attention for grouped
+/// heads, a sliding window and a long context: within 1e-5 of an f64
+/// softmax attention over the same f16 query, keys and values, and within
+/// 1e-2 of the largest output of the CPU's decode path, which rounds its
+/// running value sums to f16 (ggml's one-query path) where the GPU sums in
+/// f32.
+#[test]
+fn kv_store_and_attention_match_the_cpu() {
+    use kestrel_cpu::attention::{attend, AttnShape};
+    use kestrel_gpu::attention::{Attention, Shape};
+    let g = gpu();
+    let att = Attention::new(g);
+    let pool = rayon_pool();
+    for (n_head, n_head_kv, hd, window, pos) in [
+        (4usize, 2usize, 64usize, 0usize, 0usize),
+        (9, 3, 64, 0, 130),
+        (4, 1, 128, 16, 100),
+        (8, 8, 64, 0, 700),
+    ] {
+        let mut rng = Rng((n_head * 1000 + pos) as u64);
+        let (kw, vw) = (n_head_kv * hd, n_head_kv * hd);
+        let n_pos = pos + 1;
+        let keys: Vec<f32> = (0..n_pos * kw).map(|_| rng.next()).collect();
+        let vals: Vec<f32> = (0..n_pos * vw).map(|_| rng.next()).collect();
+        let q: Vec<f32> = (0..n_head * hd).map(|_| rng.next() * 2.0).collect();
+        // CPU cache.
+        let mut kc = vec![0u16; n_pos * kw];
+        let mut vc = vec![0u16; n_pos * vw];
+        kestrel_quant::f32_to_f16_row(&keys, &mut kc);
+        kestrel_quant::f32_to_f16_row(&vals, &mut vc);
+        // GPU cache, written row by row by the store kernel.
+        let kb = g.upload("kc", &vec![0u8; n_pos * kw * 2]).unwrap();
+        let vb = g.upload("vc", &vec![0u8; n_pos * vw * 2]).unwrap();
+        for p in 0..n_pos {
+            let kr = g.upload_f32("k row", &keys[p * kw..(p + 1) * kw]).unwrap();
+            let vr = g.upload_f32("v row", &vals[p * vw..(p + 1) * vw]).unwrap();
+            att.store(g, (&kr, &kb), kw, p).unwrap();
+            att.store(g, (&vr, &vb), vw, p).unwrap();
+        }
+        let stored = g.read_u32(&kb, n_pos * kw / 2).unwrap();
+        for (i, w) in stored.iter().enumerate() {
+            let want = u32::from(kc[2 * i]) | (u32::from(kc[2 * i + 1]) << 16);
+            assert_eq!(*w, want, "stored key halves {}..{}", 2 * i, 2 * i + 2);
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        let shape = AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim_k: hd,
+            head_dim_v: hd,
+            scale,
+            window,
+        };
+        let want = attend(&shape, &q, &kc, &vc, pos, 1, &pool);
+        let qb = g.upload_f32("q", &q).unwrap();
+        let scratch = g.scratch_f32("scores", n_head * n_pos);
+        let out = g.scratch_f32("out", n_head * hd);
+        let s = Shape {
+            n_head,
+            n_head_kv,
+            head_dim_k: hd,
+            head_dim_v: hd,
+            scale,
+            window,
+        };
+        att.attend(g, (&qb, &kb, &vb, &scratch, &out), &s, pos)
+            .unwrap();
+        let got = g.read_f32(&out, n_head * hd).unwrap();
+        let big = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let f16 = |h: u16| kestrel_quant::f16_to_f32(h) as f64;
+        let lo = if window > 0 {
+            (pos + 1).saturating_sub(window)
+        } else {
+            0
+        };
+        for h in 0..n_head {
+            let kvh = h / (n_head / n_head_kv);
+            let qh: Vec<f64> = q[h * hd..(h + 1) * hd]
+                .iter()
+                .map(|&x| f16(kestrel_quant::f32_to_f16(x)))
+                .collect();
+            let scores: Vec<f64> = (lo..=pos)
+                .map(|j| {
+                    (0..hd)
+                        .map(|d| qh[d] * f16(kc[j * kw + kvh * hd + d]))
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for d in 0..hd {
+                let exact: f64 = (lo..=pos)
+                    .zip(&w)
+                    .map(|(j, wj)| wj * f16(vc[j * vw + kvh * hd + d]))
+                    .sum::<f64>()
+                    / total;
+                let (i, a) = (h * hd + d, got[h * hd + d]);
+                let tag = format!("heads {n_head}/{n_head_kv} window {window} pos {pos} [{i}]");
+                assert!(
+                    (a as f64 - exact).abs() <= 1e-5,
+                    "{tag}: gpu {a} exact {exact}"
+                );
+                assert!(
+                    (a - want[i]).abs() <= 1e-2 * big,
+                    "{tag}: gpu {a} cpu {}",
+                    want[i]
+                );
+            }
+        }
+    }
+}
