@@ -1,6 +1,7 @@
 //! The `kestrel` command line: flags follow llama.cpp's names where they overlap.
 
 mod bench;
+mod gpu;
 mod perplexity;
 mod profile;
 
@@ -173,6 +174,13 @@ struct RunArgs {
     /// host work instead of overlapping them (same output; for comparison).
     #[arg(long = "no-pipeline")]
     no_pipeline: bool,
+    /// Where to compute: cpu, gpu (wgpu: Vulkan, Metal, DX12; greedy only
+    /// so far), or auto (a hardware GPU if there is one).
+    #[arg(long = "device", value_enum, default_value = "cpu")]
+    device: gpu::Device,
+    /// llama.cpp's `-ngl`: any value above 0 puts every layer on the GPU.
+    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
+    n_gpu_layers: Option<i64>,
     #[command(flatten)]
     weights: WeightArgs,
 }
@@ -235,6 +243,15 @@ fn main() -> ExitCode {
         for a in &mut args[2..] {
             if a == "-np" {
                 *a = "--parallel".into();
+            }
+        }
+    }
+    // Likewise llama.cpp's `-ngl` for `run`, unless it is a prompt's text.
+    if args.get(1).is_some_and(|a| a == "run") {
+        for i in 2..args.len() {
+            let after_prompt = ["-p", "--prompt"].iter().any(|p| args[i - 1] == *p);
+            if args[i] == "-ngl" && !after_prompt {
+                args[i] = "--n-gpu-layers".into();
             }
         }
     }
@@ -427,6 +444,9 @@ fn run(a: RunArgs) -> Result<()> {
         n_probs: a.n_probs,
         pipelined: !a.no_pipeline,
     };
+    if gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu {
+        return gpu::run(&engine, &tokens, &params);
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut index = 0usize;

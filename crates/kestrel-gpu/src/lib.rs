@@ -7,13 +7,17 @@
 //! [`attention`] decode attention over the f16 KV cache, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
+//! [`model`] runs a whole model one token at a time with greedy selection
+//! on the device.
+//!
 //! Not yet: the whole forward pass recorded in one submission, sampling
 //! beyond greedy (top-k/p, min-p, temperature, the xorshift draw), the
-//! pipelined decode loop.
+//! pipelined decode loop, batched prefill and decode.
 
 pub mod attention;
 pub mod embed;
 pub mod matvec;
+pub mod model;
 pub mod norm;
 pub mod ops;
 pub mod sample;

@@ -62,6 +62,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
         case 1u: { y[i] = gelu(a[i]) * b[i]; }
         // y = cap * tanh(y / cap)
         case 2u: { let cap = bitcast<f32>(p.z); y[i] = tanh(y[i] * (1.0 / cap)) * cap; }
+        // y *= c
+        case 4u: { y[i] = y[i] * bitcast<f32>(p.z); }
         // y += a
         default: { y[i] = y[i] + a[i]; }
     }
@@ -176,6 +178,13 @@ impl Ops {
     pub fn softcap(&self, gpu: &Gpu, y: &wgpu::Buffer, n: usize, cap: f32) -> Result<(), GpuError> {
         check("softcap", &[(y, n)])?;
         self.elementwise(gpu, (y, &self.unused, &self.unused), n, 2, cap);
+        Ok(())
+    }
+
+    /// y *= c over `n` values.
+    pub fn scale(&self, gpu: &Gpu, y: &wgpu::Buffer, n: usize, c: f32) -> Result<(), GpuError> {
+        check("scale", &[(y, n)])?;
+        self.elementwise(gpu, (y, &self.unused, &self.unused), n, 4, c);
         Ok(())
     }
 

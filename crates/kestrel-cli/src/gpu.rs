@@ -1,0 +1,119 @@
+//! `run --device gpu`: the prompt goes through the GPU model one token per
+//! step, then each step's token is chosen greedily on the device and read
+//! back for printing. What the GPU path does not do yet (sampling with a
+//! temperature, stop strings, logprobs) is refused with a message.
+
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use kestrel_engine::{Engine, GenerateParams};
+use kestrel_gpu::model::GpuModel;
+use kestrel_gpu::sample::GreedyParams;
+use kestrel_gpu::Gpu;
+use kestrel_tokenizer::StreamDecoder;
+
+/// Where `run` computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    Cpu,
+    Gpu,
+    /// The GPU when wgpu finds a hardware adapter, else the CPU.
+    Auto,
+}
+
+/// Resolves `--device` and llama.cpp's `-ngl N` (any N > 0 means every
+/// layer on the GPU).
+pub fn choose(device: Device, n_gpu_layers: Option<i64>) -> Device {
+    match (device, n_gpu_layers) {
+        (Device::Cpu, Some(n)) if n > 0 => Device::Gpu,
+        (Device::Auto, _) => {
+            let hardware = kestrel_gpu::adapters()
+                .first()
+                .is_some_and(|a| a.kind != "Cpu");
+            if hardware {
+                Device::Gpu
+            } else {
+                Device::Cpu
+            }
+        }
+        (d, _) => d,
+    }
+}
+
+pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<()> {
+    let sp = &params.sampler;
+    if sp.temperature > 0.0 {
+        bail!("--device gpu selects greedily only so far: pass --temp 0 (or use --device cpu)");
+    }
+    if !params.stop.is_empty() || params.n_probs > 0 {
+        bail!("--device gpu does not do stop strings (-r) or --n-probs yet; use --device cpu");
+    }
+    if tokens.is_empty() || tokens.len() >= params.n_ctx {
+        bail!(
+            "the prompt has {} tokens, which does not fit the context of {}",
+            tokens.len(),
+            params.n_ctx
+        );
+    }
+    let gpu = Gpu::new()?;
+    eprintln!("device: {}", gpu.adapter);
+    let model = GpuModel::load(
+        gpu,
+        engine.file.clone(),
+        engine.model.spec.clone(),
+        params.n_ctx,
+    )?;
+    let mut logit_bias = sp.logit_bias.clone();
+    if params.ignore_eos {
+        logit_bias.extend(
+            engine
+                .tokenizer
+                .eog_ids()
+                .iter()
+                .map(|&id| (id, f32::NEG_INFINITY)),
+        );
+    }
+    let greedy = GreedyParams {
+        logit_bias,
+        repeat_last_n: usize::try_from(sp.repeat_last_n).unwrap_or(params.n_ctx),
+        repeat_penalty: sp.repeat_penalty,
+        frequency_penalty: sp.frequency_penalty,
+        presence_penalty: sp.presence_penalty,
+    };
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, tokens)?;
+    let t0 = std::time::Instant::now();
+    for pos in 0..tokens.len() - 1 {
+        model.step(&seq, pos, None)?;
+    }
+    let t1 = std::time::Instant::now();
+    let mut decoder = StreamDecoder::new(&engine.tokenizer, false);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut pos = tokens.len() - 1;
+    let mut generated = 0i64;
+    while params.n_predict < 0 || generated < params.n_predict {
+        model.step(&seq, pos, Some(&greedy))?;
+        let token = model.read_token(&seq, pos + 1)?;
+        if !params.ignore_eos && engine.tokenizer.is_eog(token) {
+            break;
+        }
+        out.write_all(decoder.push(token).as_bytes())?;
+        out.flush()?;
+        generated += 1;
+        pos += 1;
+        if pos + 1 >= params.n_ctx {
+            break;
+        }
+    }
+    out.write_all(decoder.finish().as_bytes())?;
+    out.flush()?;
+    let secs = |a: std::time::Instant, b: std::time::Instant| (b - a).as_secs_f64().max(1e-9);
+    eprintln!(
+        "\nprompt: {} tokens, {:.1} t/s | generated: {generated} tokens, {:.1} t/s (gpu)",
+        tokens.len(),
+        (tokens.len() - 1) as f64 / secs(t0, t1),
+        generated as f64 / secs(t1, std::time::Instant::now())
+    );
+    Ok(())
+}

@@ -1,0 +1,468 @@
+//! A model's forward pass on the GPU, one token at a time, with greedy
+//! token selection on the device: the token at `pos` is read from the
+//! sequence's history buffer by the embedding lookup, and the chosen next
+//! token is written back into it at `pos + 1`, so a decode step needs
+//! nothing from the host but its position.
+//!
+//! Covers the llama, mistral, qwen2, qwen3 and gemma3 blocks (biases, q/k
+//! norms, post norms, scaled embeddings, sliding windows, softcap); fused
+//! q/k/v or gate/up tensors (phi3) are refused by name.
+//!
+//! Not yet: recording a whole step into one submission (each kernel is
+//! submitted on its own), batched prefill (prompts go one token per step),
+//! sampling beyond greedy, several sequences per step.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
+use kestrel_model::{Activation, ModelSpec, RopeStyle};
+
+use crate::attention::{Attention, Shape};
+use crate::embed::Embed;
+use crate::matvec::{GpuMatrix, MatVec};
+use crate::norm::RmsNorm;
+use crate::ops::{Glu, Ops};
+use crate::sample::{GreedyParams, GreedySampler};
+use crate::{Gpu, GpuError};
+
+struct Layer {
+    attn_norm: wgpu::Buffer,
+    wq: GpuMatrix,
+    wk: GpuMatrix,
+    wv: GpuMatrix,
+    bias: Option<[wgpu::Buffer; 3]>,
+    qk_norm: Option<[wgpu::Buffer; 2]>,
+    wo: GpuMatrix,
+    post_attn_norm: Option<wgpu::Buffer>,
+    ffn_norm: wgpu::Buffer,
+    gate: GpuMatrix,
+    up: GpuMatrix,
+    down: GpuMatrix,
+    post_ffn_norm: Option<wgpu::Buffer>,
+}
+
+/// Activations of one token, reused by every step.
+struct Scratch {
+    x: wgpu::Buffer,
+    h: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    attn: wgpu::Buffer,
+    o: wgpu::Buffer,
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    act: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    pos: wgpu::Buffer,
+    scores: wgpu::Buffer,
+}
+
+/// A sequence's state on the device: its token history and KV cache.
+pub struct GpuSeq {
+    pub history: wgpu::Buffer,
+    kc: Vec<wgpu::Buffer>,
+    vc: Vec<wgpu::Buffer>,
+    n_ctx: usize,
+}
+
+pub struct GpuModel {
+    pub gpu: Gpu,
+    pub spec: ModelSpec,
+    tok_embd: GpuMatrix,
+    /// `None`: the output shares the token embeddings.
+    output: Option<GpuMatrix>,
+    output_norm: wgpu::Buffer,
+    layers: Vec<Layer>,
+    rope: wgpu::Buffer,
+    rope_swa: wgpu::Buffer,
+    n_ctx: usize,
+    matvec: HashMap<GgmlType, MatVec>,
+    embed: Embed,
+    norm: RmsNorm,
+    ops: Ops,
+    attention: Attention,
+    sampler: GreedySampler,
+    s: Scratch,
+}
+
+fn tensor<'f>(f: &'f GgufFile, name: &str) -> Result<&'f TensorInfo, GpuError> {
+    f.tensor(name)
+        .ok_or_else(|| GpuError::Shape(format!("missing tensor '{name}'")))
+}
+
+fn matrix(
+    gpu: &Gpu,
+    f: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<GpuMatrix, GpuError> {
+    let t = tensor(f, name)?;
+    if t.dims != [cols as u64, rows as u64] {
+        return Err(GpuError::Shape(format!(
+            "tensor '{name}' has shape {:?}, expected [{cols}, {rows}]",
+            t.dims
+        )));
+    }
+    gpu.upload_matrix(name, t.ty, rows, cols, f.tensor_data(t))
+}
+
+fn vector(gpu: &Gpu, f: &GgufFile, name: &str, n: usize) -> Result<wgpu::Buffer, GpuError> {
+    let t = tensor(f, name)?;
+    if t.dims != [n as u64] {
+        return Err(GpuError::Shape(format!(
+            "tensor '{name}' has shape {:?}, expected [{n}]",
+            t.dims
+        )));
+    }
+    if t.ty.block_size() > 1 && !n.is_multiple_of(t.ty.block_size()) {
+        return Err(GpuError::Unsupported(t.ty));
+    }
+    let mut v = vec![0f32; n];
+    kestrel_quant::dequantize_row(t.ty, f.tensor_data(t), &mut v);
+    gpu.upload_f32(name, &v)
+}
+
+fn opt_vector(
+    gpu: &Gpu,
+    f: &GgufFile,
+    name: &str,
+    n: usize,
+) -> Result<Option<wgpu::Buffer>, GpuError> {
+    if f.tensor(name).is_none() {
+        return Ok(None);
+    }
+    vector(gpu, f, name, n).map(Some)
+}
+
+/// cos/sin of every position below `n_ctx`, rows as the CPU's `rope_cache`
+/// builds them (theta by repeated f32 multiplication).
+fn rope_table(n_ctx: usize, n_rot: usize, base: f32, freq_scale: f32) -> Vec<f32> {
+    let theta_scale = base.powf(-2.0 / n_rot as f32);
+    let mut out = Vec::with_capacity(n_ctx * n_rot);
+    for pos in 0..n_ctx {
+        let mut theta = pos as f32;
+        for _ in 0..n_rot / 2 {
+            let t = freq_scale * theta;
+            out.push(t.cos());
+            out.push(t.sin());
+            theta *= theta_scale;
+        }
+    }
+    out
+}
+
+impl GpuModel {
+    /// Uploads the model for contexts of up to `n_ctx` tokens.
+    pub fn load(
+        gpu: Gpu,
+        file: Arc<GgufFile>,
+        spec: ModelSpec,
+        n_ctx: usize,
+    ) -> Result<GpuModel, GpuError> {
+        let f = &*file;
+        let hp = &spec.hparams;
+        let blk = &spec.block;
+        if blk.fused_qkv || blk.fused_gate_up {
+            return Err(GpuError::Shape(format!(
+                "{:?}: fused q/k/v or gate/up tensors are not supported on the GPU yet",
+                spec.arch
+            )));
+        }
+        let e = hp.n_embd;
+        let (q_dim, kv_k, kv_v) = (
+            hp.n_head * hp.head_dim_k,
+            hp.n_head_kv * hp.head_dim_k,
+            hp.n_head_kv * hp.head_dim_v,
+        );
+        let o_in = hp.n_head * hp.head_dim_v;
+        let tok_embd = matrix(&gpu, f, "token_embd.weight", e, hp.n_vocab)?;
+        let output = match f.tensor("output.weight") {
+            Some(_) => Some(matrix(&gpu, f, "output.weight", e, hp.n_vocab)?),
+            None => None,
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            let bias = if blk.qkv_bias {
+                Some([
+                    vector(&gpu, f, &n("attn_q.bias"), q_dim)?,
+                    vector(&gpu, f, &n("attn_k.bias"), kv_k)?,
+                    vector(&gpu, f, &n("attn_v.bias"), kv_v)?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if blk.qk_norm {
+                Some([
+                    vector(&gpu, f, &n("attn_q_norm.weight"), hp.head_dim_k)?,
+                    vector(&gpu, f, &n("attn_k_norm.weight"), hp.head_dim_k)?,
+                ])
+            } else {
+                None
+            };
+            let (post_attn_norm, post_ffn_norm) = if blk.post_norms {
+                (
+                    opt_vector(&gpu, f, &n("post_attention_norm.weight"), e)?,
+                    opt_vector(&gpu, f, &n("post_ffw_norm.weight"), e)?,
+                )
+            } else {
+                (None, None)
+            };
+            layers.push(Layer {
+                attn_norm: vector(&gpu, f, &n("attn_norm.weight"), e)?,
+                wq: matrix(&gpu, f, &n("attn_q.weight"), e, q_dim)?,
+                wk: matrix(&gpu, f, &n("attn_k.weight"), e, kv_k)?,
+                wv: matrix(&gpu, f, &n("attn_v.weight"), e, kv_v)?,
+                bias,
+                qk_norm,
+                wo: matrix(&gpu, f, &n("attn_output.weight"), o_in, e)?,
+                post_attn_norm,
+                ffn_norm: vector(&gpu, f, &n("ffn_norm.weight"), e)?,
+                gate: matrix(&gpu, f, &n("ffn_gate.weight"), e, hp.n_ff)?,
+                up: matrix(&gpu, f, &n("ffn_up.weight"), e, hp.n_ff)?,
+                down: matrix(&gpu, f, &n("ffn_down.weight"), hp.n_ff, e)?,
+                post_ffn_norm,
+            });
+        }
+        let mut matvec = HashMap::new();
+        let all = layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain(output.iter())
+            .chain([&tok_embd]);
+        for m in all {
+            if let std::collections::hash_map::Entry::Vacant(slot) = matvec.entry(m.ty) {
+                slot.insert(MatVec::new(&gpu, m.ty)?);
+            }
+        }
+        let rope = gpu.upload_f32(
+            "rope",
+            &rope_table(n_ctx, hp.n_rot, hp.rope_base, hp.rope_freq_scale),
+        )?;
+        let rope_swa = gpu.upload_f32(
+            "rope swa",
+            &rope_table(n_ctx, hp.n_rot, hp.rope_base_swa, 1.0),
+        )?;
+        let s = Scratch {
+            x: gpu.scratch_f32("x", e),
+            h: gpu.scratch_f32("h", e),
+            q: gpu.scratch_f32("q", q_dim),
+            k: gpu.scratch_f32("k", kv_k),
+            v: gpu.scratch_f32("v", kv_v),
+            attn: gpu.scratch_f32("attn", o_in),
+            o: gpu.scratch_f32("o", e),
+            gate: gpu.scratch_f32("gate", hp.n_ff),
+            up: gpu.scratch_f32("up", hp.n_ff),
+            act: gpu.scratch_f32("act", hp.n_ff),
+            logits: gpu.scratch_f32("logits", hp.n_vocab),
+            pos: gpu.scratch_f32("pos", 1),
+            scores: gpu.scratch_f32("scores", hp.n_head * n_ctx),
+        };
+        Ok(GpuModel {
+            embed: Embed::new(&gpu, tok_embd.ty)?,
+            norm: RmsNorm::new(&gpu),
+            ops: Ops::new(&gpu),
+            attention: Attention::new(&gpu),
+            sampler: GreedySampler::new(&gpu),
+            tok_embd,
+            output,
+            output_norm: vector(&gpu, f, "output_norm.weight", e)?,
+            layers,
+            rope,
+            rope_swa,
+            n_ctx,
+            matvec,
+            s,
+            gpu,
+            spec,
+        })
+    }
+
+    /// A sequence of up to the model's `n_ctx` tokens.
+    pub fn new_seq(&self) -> GpuSeq {
+        let hp = &self.spec.hparams;
+        let cache = |w: usize, what: &str| {
+            (0..hp.n_layer)
+                .map(|_| self.gpu.scratch_f32(what, (self.n_ctx * w).div_ceil(2)))
+                .collect()
+        };
+        GpuSeq {
+            history: self.gpu.scratch_f32("history", self.n_ctx + 1),
+            kc: cache(hp.n_head_kv * hp.head_dim_k, "k cache"),
+            vc: cache(hp.n_head_kv * hp.head_dim_v, "v cache"),
+            n_ctx: self.n_ctx,
+        }
+    }
+
+    /// Puts `tokens` into the history from position `at`.
+    pub fn write_tokens(&self, seq: &GpuSeq, at: usize, tokens: &[u32]) -> Result<(), GpuError> {
+        if at + tokens.len() > seq.n_ctx + 1 {
+            return Err(GpuError::Shape(format!(
+                "{} tokens at {at} do not fit a context of {}",
+                tokens.len(),
+                seq.n_ctx
+            )));
+        }
+        self.gpu
+            .queue
+            .write_buffer(&seq.history, (at * 4) as u64, bytemuck::cast_slice(tokens));
+        Ok(())
+    }
+
+    /// The history entry at `pos` (waits for the device).
+    pub fn read_token(&self, seq: &GpuSeq, pos: usize) -> Result<u32, GpuError> {
+        Ok(self.gpu.read_u32(&seq.history, pos + 1)?[pos])
+    }
+
+    /// The logits of the last step that computed them.
+    pub fn read_logits(&self) -> Result<Vec<f32>, GpuError> {
+        self.gpu.read_f32(&self.s.logits, self.spec.hparams.n_vocab)
+    }
+
+    fn mv(&self, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<(), GpuError> {
+        self.matvec[&m.ty].run(&self.gpu, m, x, y)
+    }
+
+    /// Runs the token at `history[pos]` through the model; with `sample`,
+    /// computes the logits and writes the greedy choice (after `params`'
+    /// bias and penalties) into `history[pos + 1]`.
+    pub fn step(
+        &self,
+        seq: &GpuSeq,
+        pos: usize,
+        sample: Option<&GreedyParams>,
+    ) -> Result<(), GpuError> {
+        if pos >= seq.n_ctx {
+            return Err(GpuError::Shape(format!(
+                "position {pos} is past the context of {}",
+                seq.n_ctx
+            )));
+        }
+        let g = &self.gpu;
+        let hp = &self.spec.hparams;
+        let blk = &self.spec.block;
+        let s = &self.s;
+        let e = hp.n_embd;
+        let (hd_k, hd_v) = (hp.head_dim_k, hp.head_dim_v);
+        let (q_dim, kv_k, kv_v) = (hp.n_head * hd_k, hp.n_head_kv * hd_k, hp.n_head_kv * hd_v);
+        let scale = if blk.scale_embeddings {
+            (e as f32).sqrt()
+        } else {
+            1.0
+        };
+        g.queue
+            .write_buffer(&s.pos, 0, bytemuck::cast_slice(&[pos as u32]));
+        self.embed
+            .run(g, &self.tok_embd, (&seq.history, &s.x), pos, scale)?;
+        let glu = match blk.activation {
+            Activation::SiluGlu => Glu::Silu,
+            Activation::GeluGlu => Glu::Gelu,
+        };
+        for (il, l) in self.layers.iter().enumerate() {
+            self.norm
+                .run(g, (&s.x, &l.attn_norm, &s.h), (1, e), hp.rms_eps)?;
+            self.mv(&l.wq, &s.h, &s.q)?;
+            self.mv(&l.wk, &s.h, &s.k)?;
+            self.mv(&l.wv, &s.h, &s.v)?;
+            if let Some([bq, bk, bv]) = &l.bias {
+                self.ops.add(g, &s.q, bq, q_dim)?;
+                self.ops.add(g, &s.k, bk, kv_k)?;
+                self.ops.add(g, &s.v, bv, kv_v)?;
+            }
+            if let Some([qn, kn]) = &l.qk_norm {
+                // In place through a copy: a buffer may not be read and
+                // written by one dispatch's separate bindings.
+                self.norm_heads(&s.q, qn, hp.n_head, hd_k, hp.rms_eps)?;
+                self.norm_heads(&s.k, kn, hp.n_head_kv, hd_k, hp.rms_eps)?;
+            }
+            let swa = hp.swa_layers[il];
+            let table = if swa { &self.rope_swa } else { &self.rope };
+            let neox = blk.rope == RopeStyle::Neox;
+            self.ops
+                .rope(g, (&s.q, table, &s.pos), 1, hp.n_head, hd_k, hp.n_rot, neox)?;
+            self.ops.rope(
+                g,
+                (&s.k, table, &s.pos),
+                1,
+                hp.n_head_kv,
+                hd_k,
+                hp.n_rot,
+                neox,
+            )?;
+            if blk.prescale_q {
+                self.ops.scale(g, &s.q, q_dim, hp.attn_scale)?;
+            }
+            self.attention.store(g, (&s.k, &seq.kc[il]), kv_k, pos)?;
+            self.attention.store(g, (&s.v, &seq.vc[il]), kv_v, pos)?;
+            let shape = Shape {
+                n_head: hp.n_head,
+                n_head_kv: hp.n_head_kv,
+                head_dim_k: hd_k,
+                head_dim_v: hd_v,
+                scale: if blk.prescale_q { 1.0 } else { hp.attn_scale },
+                window: if swa { hp.sliding_window } else { 0 },
+            };
+            self.attention.attend(
+                g,
+                (&s.q, &seq.kc[il], &seq.vc[il], &s.scores, &s.attn),
+                &shape,
+                pos,
+            )?;
+            self.mv(&l.wo, &s.attn, &s.o)?;
+            if let Some(pn) = &l.post_attn_norm {
+                self.norm.run(g, (&s.o, pn, &s.h), (1, e), hp.rms_eps)?;
+                self.ops.add(g, &s.x, &s.h, e)?;
+            } else {
+                self.ops.add(g, &s.x, &s.o, e)?;
+            }
+            self.norm
+                .run(g, (&s.x, &l.ffn_norm, &s.h), (1, e), hp.rms_eps)?;
+            self.mv(&l.gate, &s.h, &s.gate)?;
+            self.mv(&l.up, &s.h, &s.up)?;
+            self.ops.glu(g, glu, (&s.gate, &s.up, &s.act), hp.n_ff)?;
+            self.mv(&l.down, &s.act, &s.o)?;
+            if let Some(pn) = &l.post_ffn_norm {
+                self.norm.run(g, (&s.o, pn, &s.h), (1, e), hp.rms_eps)?;
+                self.ops.add(g, &s.x, &s.h, e)?;
+            } else {
+                self.ops.add(g, &s.x, &s.o, e)?;
+            }
+        }
+        let Some(params) = sample else {
+            return Ok(());
+        };
+        self.norm
+            .run(g, (&s.x, &self.output_norm, &s.h), (1, e), hp.rms_eps)?;
+        self.mv(
+            self.output.as_ref().unwrap_or(&self.tok_embd),
+            &s.h,
+            &s.logits,
+        )?;
+        if hp.final_logit_softcap > 0.0 {
+            self.ops
+                .softcap(g, &s.logits, hp.n_vocab, hp.final_logit_softcap)?;
+        }
+        self.sampler
+            .run(g, (&s.logits, &seq.history), hp.n_vocab, pos + 1, params)
+    }
+
+    /// RMSNorm of each head of `v` in place (via the `attn` scratch).
+    fn norm_heads(
+        &self,
+        v: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        heads: usize,
+        hd: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        let g = &self.gpu;
+        self.norm.run(g, (v, w, &self.s.attn), (heads, hd), eps)?;
+        let mut enc = g.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.s.attn, 0, v, 0, (heads * hd * 4) as u64);
+        g.queue.submit([enc.finish()]);
+        Ok(())
+    }
+}
