@@ -1,6 +1,6 @@
 //! `run --device gpu`: the prompt goes through the GPU model one token per
 //! step, then each step's token is chosen greedily on the device and read
-//! back for printing. What the GPU path does not do yet (sampling with a
+//! back one step behind, for printing. What the GPU path does not do yet (sampling with a
 //! temperature, stop strings, logprobs) is refused with a message.
 
 use std::io::Write;
@@ -90,11 +90,17 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
     let mut decoder = StreamDecoder::new(&engine.tokenizer, false);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // Pipelined: step N+1 is submitted before step N's token is read back
+    // (the device reads it from the history buffer itself); a step
+    // submitted after the last token is simply not read.
     let mut pos = tokens.len() - 1;
     let mut generated = 0i64;
+    let mut pending = model.step_async(&seq, pos, &greedy)?;
     while params.n_predict < 0 || generated < params.n_predict {
-        model.step(&seq, pos, Some(&greedy))?;
-        let token = model.read_token(&seq, pos + 1)?;
+        let next = (pos + 2 < params.n_ctx)
+            .then(|| model.step_async(&seq, pos + 1, &greedy))
+            .transpose()?;
+        let token = pending.wait(&model.gpu)?;
         if !params.ignore_eos && engine.tokenizer.is_eog(token) {
             break;
         }
@@ -102,8 +108,9 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
         out.flush()?;
         generated += 1;
         pos += 1;
-        if pos + 1 >= params.n_ctx {
-            break;
+        match next {
+            Some(n) => pending = n,
+            None => break,
         }
     }
     out.write_all(decoder.finish().as_bytes())?;

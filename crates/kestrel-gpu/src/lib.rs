@@ -125,6 +125,10 @@ pub struct Gpu {
     /// The largest storage buffer one binding may hold: weights bigger than
     /// this are split.
     pub max_binding: u64,
+    /// While a step is being recorded, the encoder every dispatch goes into.
+    recording: std::sync::Mutex<Option<wgpu::CommandEncoder>>,
+    submissions: std::sync::atomic::AtomicU64,
+    readback_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Gpu {
@@ -160,6 +164,9 @@ impl Gpu {
             max_binding: limits
                 .max_storage_buffer_binding_size
                 .min(limits.max_buffer_size),
+            recording: Default::default(),
+            submissions: Default::default(),
+            readback_bytes: Default::default(),
         })
     }
 
@@ -229,7 +236,15 @@ impl Gpu {
         });
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
-        self.queue.submit([enc.finish()]);
+        self.submit(enc);
+        self.map_read(&staging, n)
+    }
+
+    /// Waits for `staging` (a MAP_READ buffer whose copy was submitted) and
+    /// returns its first `n` f32 values.
+    pub(crate) fn map_read(&self, staging: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, GpuError> {
+        self.readback_bytes
+            .fetch_add((n * 4) as u64, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         staging
             .slice(..)
@@ -240,11 +255,15 @@ impl Gpu {
         rx.recv()
             .map_err(|e| GpuError::Failed(e.to_string()))?
             .map_err(|e| GpuError::Failed(e.to_string()))?;
-        let view = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| GpuError::Failed(format!("{e:?}")))?;
-        Ok(bytemuck::cast_slice(&view[..n * 4]).to_vec())
+        let out = {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Failed(format!("{e:?}")))?;
+            bytemuck::cast_slice(&view[..n * 4]).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
     }
 
     /// A compute pipeline from WGSL source, entry point `main`.
@@ -314,15 +333,76 @@ impl Gpu {
     /// Records one dispatch of `groups` workgroups (split over x and y when
     /// there are more than one dimension allows) and submits it.
     pub(crate) fn run(&self, p: &wgpu::ComputePipeline, bind: &wgpu::BindGroup, groups: u32) {
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
+        self.with_encoder(|enc| {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(p);
             pass.set_bind_group(0, bind, &[]);
             let (x, y) = grid(groups);
             pass.dispatch_workgroups(x, y, 1);
+        });
+    }
+
+    /// Copies `bytes` bytes from `src` at `from` to `dst` at `to`, in order
+    /// with the dispatches.
+    pub(crate) fn copy(
+        &self,
+        (src, from): (&wgpu::Buffer, u64),
+        (dst, to): (&wgpu::Buffer, u64),
+        bytes: u64,
+    ) {
+        self.with_encoder(|enc| enc.copy_buffer_to_buffer(src, from, dst, to, bytes));
+    }
+
+    /// Runs `f` on the step being recorded, or on an encoder of its own
+    /// that is submitted at once.
+    fn with_encoder(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
+        let mut rec = self.recording.lock().unwrap_or_else(|e| e.into_inner());
+        match rec.as_mut() {
+            Some(enc) => f(enc),
+            None => {
+                drop(rec);
+                let mut enc = self.device.create_command_encoder(&Default::default());
+                f(&mut enc);
+                self.submit(enc);
+            }
         }
+    }
+
+    fn submit(&self, enc: wgpu::CommandEncoder) {
+        self.submissions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.queue.submit([enc.finish()]);
+    }
+
+    /// From here until [`Gpu::finish_step`], every kernel is recorded into
+    /// one encoder instead of being submitted on its own.
+    pub fn begin_step(&self) {
+        let enc = self.device.create_command_encoder(&Default::default());
+        *self.recording.lock().unwrap_or_else(|e| e.into_inner()) = Some(enc);
+    }
+
+    /// Submits everything recorded since [`Gpu::begin_step`], once; does
+    /// not wait for it.
+    pub fn finish_step(&self) {
+        let enc = self
+            .recording
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(enc) = enc {
+            self.submit(enc);
+        }
+    }
+
+    /// Command submissions so far (tests count them per step).
+    pub fn submissions(&self) -> u64 {
+        self.submissions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes read back to the host so far.
+    pub fn readback_bytes(&self) -> u64 {
+        self.readback_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -8,9 +8,13 @@
 //! norms, post norms, scaled embeddings, sliding windows, softcap); fused
 //! q/k/v or gate/up tensors (phi3) are refused by name.
 //!
-//! Not yet: recording a whole step into one submission (each kernel is
-//! submitted on its own), batched prefill (prompts go one token per step),
-//! sampling beyond greedy, several sequences per step.
+//! A step is recorded into one command encoder and submitted once; the
+//! chosen token comes back through a 4-byte copy in that same submission,
+//! which the host maps after submitting the next step (see
+//! [`GpuModel::step_async`]), so the device runs steps back to back.
+//!
+//! Not yet: batched prefill (prompts go one token per step), sampling
+//! beyond greedy, several sequences per step.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +61,18 @@ struct Scratch {
     logits: wgpu::Buffer,
     pos: wgpu::Buffer,
     scores: wgpu::Buffer,
+}
+
+/// The token a submitted step chose, on its way back to the host.
+pub struct PendingToken {
+    staging: wgpu::Buffer,
+}
+
+impl PendingToken {
+    /// Waits for the step and returns the token.
+    pub fn wait(self, gpu: &Gpu) -> Result<u32, GpuError> {
+        Ok(gpu.map_read(&self.staging, 1)?[0].to_bits())
+    }
 }
 
 /// A sequence's state on the device: its token history and KV cache.
@@ -328,8 +344,47 @@ impl GpuModel {
 
     /// Runs the token at `history[pos]` through the model; with `sample`,
     /// computes the logits and writes the greedy choice (after `params`'
-    /// bias and penalties) into `history[pos + 1]`.
+    /// bias and penalties) into `history[pos + 1]`. The whole step is one
+    /// submission; this does not wait for it.
     pub fn step(
+        &self,
+        seq: &GpuSeq,
+        pos: usize,
+        sample: Option<&GreedyParams>,
+    ) -> Result<(), GpuError> {
+        self.gpu.begin_step();
+        let r = self.record_step(seq, pos, sample);
+        self.gpu.finish_step();
+        r
+    }
+
+    /// [`GpuModel::step`] with greedy selection that also copies the chosen
+    /// token (4 bytes) to a buffer of its own, in the same submission: the
+    /// host reads it with [`PendingToken::wait`] after submitting the next
+    /// step, whose embedding lookup reads the token on the device.
+    pub fn step_async(
+        &self,
+        seq: &GpuSeq,
+        pos: usize,
+        params: &GreedyParams,
+    ) -> Result<PendingToken, GpuError> {
+        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("token"),
+            size: 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.gpu.begin_step();
+        let r = self.record_step(seq, pos, Some(params));
+        if r.is_ok() {
+            self.gpu
+                .copy((&seq.history, ((pos + 1) * 4) as u64), (&staging, 0), 4);
+        }
+        self.gpu.finish_step();
+        r.map(|()| PendingToken { staging })
+    }
+
+    fn record_step(
         &self,
         seq: &GpuSeq,
         pos: usize,
@@ -460,9 +515,7 @@ impl GpuModel {
     ) -> Result<(), GpuError> {
         let g = &self.gpu;
         self.norm.run(g, (v, w, &self.s.attn), (heads, hd), eps)?;
-        let mut enc = g.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&self.s.attn, 0, v, 0, (heads * hd * 4) as u64);
-        g.queue.submit([enc.finish()]);
+        g.copy((&self.s.attn, 0), (v, 0), (heads * hd * 4) as u64);
         Ok(())
     }
 }

@@ -90,3 +90,67 @@ fn gpu_forward_matches_the_cpu_on_tiny_models() {
         "only {clear} positions had a clear greedy token"
     );
 }
+
+/// The pipeline: a decode step is one submission, nothing is read back
+/// inside it, and its token comes back as 4 bytes after the next step has
+/// been submitted; generating that way gives the same tokens as stepping
+/// and reading each token before the next step.
+#[test]
+fn decode_steps_are_one_submission_and_read_back_one_step_behind() {
+    let bytes = common::tiny_model("llama", GgmlType::Q8_0, 11);
+    let file = Arc::new(GgufFile::from_bytes(bytes).expect("tiny model"));
+    let spec = ModelSpec::from_gguf(&file).expect("spec");
+    let nv = spec.hparams.n_vocab;
+    let model = GpuModel::load(Gpu::new().expect("gpu"), file, spec, 64).expect("gpu load");
+    let g = &model.gpu;
+    let prompt = common::prompt(6, nv, 3);
+    let greedy = GreedyParams {
+        repeat_penalty: 1.0,
+        ..GreedyParams::default()
+    };
+    let n = 12;
+
+    // Step, then read, then the next step.
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, &prompt).unwrap();
+    for pos in 0..prompt.len() - 1 {
+        let before = g.submissions();
+        model.step(&seq, pos, None).unwrap();
+        assert_eq!(
+            g.submissions(),
+            before + 1,
+            "a prompt step is one submission"
+        );
+    }
+    let mut plain = Vec::new();
+    for pos in prompt.len() - 1..prompt.len() - 1 + n {
+        model.step(&seq, pos, Some(&greedy)).unwrap();
+        plain.push(model.read_token(&seq, pos + 1).unwrap());
+    }
+
+    // Pipelined, one step behind.
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, &prompt).unwrap();
+    for pos in 0..prompt.len() - 1 {
+        model.step(&seq, pos, None).unwrap();
+    }
+    let mut pos = prompt.len() - 1;
+    let mut pending = model.step_async(&seq, pos, &greedy).unwrap();
+    let mut piped = Vec::new();
+    while piped.len() < n {
+        let (subs, read) = (g.submissions(), g.readback_bytes());
+        let next = model.step_async(&seq, pos + 1, &greedy).unwrap();
+        assert_eq!(g.submissions(), subs + 1, "a decode step is one submission");
+        assert_eq!(g.readback_bytes(), read, "nothing read back inside a step");
+        piped.push(pending.wait(g).unwrap());
+        assert_eq!(
+            g.readback_bytes(),
+            read + 4,
+            "one token-sized readback per step"
+        );
+        pending = next;
+        pos += 1;
+    }
+    assert_eq!(piped, plain);
+    assert!(piped.windows(2).any(|w| w[0] != w[1]), "{piped:?}");
+}
