@@ -53,7 +53,7 @@ fn val_fn(ty: GgmlType) -> Option<&'static str> {
         T::Q5_0 => {
             r#"fn val(base: u32, u: u32, l: u32) -> f32 {
     let o = base + u * 22u;
-    let qh = b8(o + 2u) | (b8(o + 3u) << 8u) | (b8(o + 4u) << 16u) | (b8(o + 5u) << 24u);
+    let qh = u32_at(o + 2u);
     let q = ((b8(o + 6u + l % 16u) >> (4u * (l / 16u))) & 15u) | (((qh >> l) & 1u) << 4u);
     return h16(o) * (f32(q) - 16.0);
 }"#
@@ -61,7 +61,7 @@ fn val_fn(ty: GgmlType) -> Option<&'static str> {
         T::Q5_1 => {
             r#"fn val(base: u32, u: u32, l: u32) -> f32 {
     let o = base + u * 24u;
-    let qh = b8(o + 4u) | (b8(o + 5u) << 8u) | (b8(o + 6u) << 16u) | (b8(o + 7u) << 24u);
+    let qh = u32_at(o + 4u);
     let q = ((b8(o + 8u + l % 16u) >> (4u * (l / 16u))) & 15u) | (((qh >> l) & 1u) << 4u);
     return h16(o) * f32(q) + h16(o + 2u);
 }"#
@@ -70,15 +70,9 @@ fn val_fn(ty: GgmlType) -> Option<&'static str> {
             r#"fn val(base: u32, u: u32, l: u32) -> f32 {
     let o = base + (u / 8u) * 144u;
     let j = u % 8u;
-    var sc: u32;
-    var m: u32;
-    if (j < 4u) {
-        sc = b8(o + 4u + j) & 63u;
-        m = b8(o + 8u + j) & 63u;
-    } else {
-        sc = (b8(o + 8u + j) & 15u) | ((b8(o + j) >> 6u) << 4u);
-        m = (b8(o + 8u + j) >> 4u) | ((b8(o + 4u + j) >> 6u) << 4u);
-    }
+    let sm = q4k_scale_min(o, j);
+    let sc = sm.x;
+    let m = sm.y;
     let q = (b8(o + 16u + 32u * (j / 2u) + l) >> (4u * (j % 2u))) & 15u;
     return h16(o) * f32(sc) * f32(q) - h16(o + 2u) * f32(m);
 }"#

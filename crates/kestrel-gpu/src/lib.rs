@@ -91,9 +91,16 @@ fn instance() -> wgpu::Instance {
 
 /// Every adapter wgpu finds, best first as [`Gpu::new`] ranks them.
 pub fn adapters() -> Vec<AdapterSummary> {
+    ranked_adapters()
+        .iter()
+        .map(|a| summary(&a.get_info()))
+        .collect()
+}
+
+fn ranked_adapters() -> Vec<wgpu::Adapter> {
     let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
     all.sort_by_key(|a| rank(&a.get_info()));
-    all.iter().map(|a| summary(&a.get_info())).collect()
+    all
 }
 
 /// Lower is better: a real GPU before a software one, and a compute API
@@ -136,9 +143,10 @@ impl Gpu {
     /// own limits rather than WebGPU's defaults (larger bindings and
     /// buffers), and for f16 and subgroups where it has them.
     pub fn new() -> Result<Gpu, GpuError> {
-        let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
-        all.sort_by_key(|a| rank(&a.get_info()));
-        let adapter = all.into_iter().next().ok_or(GpuError::NoAdapter)?;
+        let adapter = ranked_adapters()
+            .into_iter()
+            .next()
+            .ok_or(GpuError::NoAdapter)?;
         let info = summary(&adapter.get_info());
         let offered = adapter.features();
         let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;

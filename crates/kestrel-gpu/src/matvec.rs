@@ -125,6 +125,18 @@ fn b8(o: u32) -> u32 { return (w[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu; }
 fn h16(o: u32) -> f32 { return unpack2x16float(b8(o) | (b8(o + 1u) << 8u)).x; }
 // A byte as a signed value.
 fn i8v(v: u32) -> f32 { return f32(bitcast<i32>(v << 24u) >> 24u); }
+// Four bytes at o, little-endian.
+fn u32_at(o: u32) -> u32 { return b8(o) | (b8(o + 1u) << 8u) | (b8(o + 2u) << 16u) | (b8(o + 3u) << 24u); }
+// Q4_K sub-block j's 6-bit scale and min, from the 12 bytes at o + 4.
+fn q4k_scale_min(o: u32, j: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(b8(o + 4u + j) & 63u, b8(o + 8u + j) & 63u);
+    }
+    return vec2<u32>(
+        (b8(o + 8u + j) & 15u) | ((b8(o + j) >> 6u) << 4u),
+        (b8(o + 8u + j) >> 4u) | ((b8(o + 4u + j) >> 6u) << 4u),
+    );
+}
 "#;
 
 const MAIN: &str = r#"
@@ -219,7 +231,7 @@ fn unit(base: u32, u: u32, xi: u32) -> f32 {
             r#"
 fn unit(base: u32, u: u32, xi: u32) -> f32 {
     let o = base + u * 22u;
-    let qh = b8(o + 2u) | (b8(o + 3u) << 8u) | (b8(o + 4u) << 16u) | (b8(o + 5u) << 24u);
+    let qh = u32_at(o + 2u);
     var s = 0.0;
     for (var j = 0u; j < 16u; j++) {
         let q = b8(o + 6u + j);
@@ -234,7 +246,7 @@ fn unit(base: u32, u: u32, xi: u32) -> f32 {
             r#"
 fn unit(base: u32, u: u32, xi: u32) -> f32 {
     let o = base + u * 24u;
-    let qh = b8(o + 4u) | (b8(o + 5u) << 8u) | (b8(o + 6u) << 16u) | (b8(o + 7u) << 24u);
+    let qh = u32_at(o + 4u);
     var s = 0.0;
     var sx = 0.0;
     for (var j = 0u; j < 16u; j++) {
@@ -256,15 +268,9 @@ fn unit(base: u32, u: u32, xi: u32) -> f32 {
 fn unit(base: u32, u: u32, xi: u32) -> f32 {
     let o = base + (u / 8u) * 144u;
     let j = u % 8u;
-    var sc: u32;
-    var m: u32;
-    if (j < 4u) {
-        sc = b8(o + 4u + j) & 63u;
-        m = b8(o + 8u + j) & 63u;
-    } else {
-        sc = (b8(o + 8u + j) & 15u) | ((b8(o + j) >> 6u) << 4u);
-        m = (b8(o + 8u + j) >> 4u) | ((b8(o + 4u + j) >> 6u) << 4u);
-    }
+    let sm = q4k_scale_min(o, j);
+    let sc = sm.x;
+    let m = sm.y;
     let q0 = o + 16u + 32u * (j / 2u);
     let shift = 4u * (j % 2u);
     var s = 0.0;

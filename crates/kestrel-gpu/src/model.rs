@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
+use kestrel_model::rope::rope_cache;
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 
 use crate::attention::{Attention, Shape};
@@ -153,19 +154,13 @@ fn opt_vector(
     vector(gpu, f, name, n).map(Some)
 }
 
-/// cos/sin of every position below `n_ctx`, rows as the CPU's `rope_cache`
-/// builds them (theta by repeated f32 multiplication).
+/// `rope_cache` of every position below `n_ctx`, one row per position.
 fn rope_table(n_ctx: usize, n_rot: usize, base: f32, freq_scale: f32) -> Vec<f32> {
-    let theta_scale = base.powf(-2.0 / n_rot as f32);
     let mut out = Vec::with_capacity(n_ctx * n_rot);
+    let mut row = Vec::new();
     for pos in 0..n_ctx {
-        let mut theta = pos as f32;
-        for _ in 0..n_rot / 2 {
-            let t = freq_scale * theta;
-            out.push(t.cos());
-            out.push(t.sin());
-            theta *= theta_scale;
-        }
+        rope_cache(pos, n_rot, base, freq_scale, &mut row);
+        out.extend_from_slice(&row);
     }
     out
 }

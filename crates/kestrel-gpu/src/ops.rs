@@ -1,7 +1,8 @@
-//! Element-wise kernels of the forward pass: RoPE (from a cos/sin table the
-//! host builds once with the CPU's own `rope_cache`, so both devices rotate
-//! by the same angles; GPU cos/sin are far from correctly rounded), SwiGLU / GeGLU, softcap, and the residual add. One
-//! thread per value (per rotated pair for RoPE).
+//! Element-wise kernels of the forward pass: RoPE (from a cos/sin table
+//! the host builds once with `kestrel_model::rope::rope_cache`, as the CPU
+//! does, so both devices rotate by the same angles; GPU cos/sin are far
+//! from correctly rounded), SwiGLU / GeGLU, softcap, and the residual add.
+//! One thread per value (per rotated pair for RoPE).
 
 use crate::{Gpu, GpuError, GRID_X};
 

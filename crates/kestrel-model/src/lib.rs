@@ -4,6 +4,7 @@
 
 mod arch;
 mod hparams;
+pub mod rope;
 
 pub use arch::{Activation, Arch, BlockSpec, RopeStyle};
 pub use hparams::HParams;
