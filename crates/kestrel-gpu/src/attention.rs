@@ -1,11 +1,13 @@
 //! Decode attention on the device: one query per head against the f16 KV
 //! cache, grouped-query heads, optional sliding window; and the write of a
-//! step's keys and values into the cache. One workgroup per head, in three
-//! passes over the cached positions (scores, softmax weights, the weighted
-//! sum of values per output dimension) through a scratch buffer, so any
-//! context length fits. The query is rounded to f16 first, as the CPU's
-//! (ggml's) one-query path does; the CPU then accumulates values in f16
-//! while the GPU sums in f32, which bounds how far the two may differ.
+//! step's keys and values into the cache. One workgroup per head: the
+//! threads score the cached positions in parallel into a scratch buffer,
+//! then each thread walks the positions in order for its output dimensions
+//! with an online softmax, rounding the running value sum to f16 after
+//! every step. That is the rounding of the CPU's (ggml's) one-query path:
+//! Q rounded to f16, f16 products summed in f32, V accumulated in f16. The
+//! two devices then differ only in the order of the score sums and in the
+//! last bit of exp, so they agree to f16 precision.
 
 use crate::{Gpu, GpuError};
 
@@ -18,29 +20,14 @@ const ATTEND: &str = r#"
 // n_head, n_head_kv, head_dim_k, head_dim_v; position, window, scale bits, scratch stride
 @group(0) @binding(5) var<uniform> p: array<vec4<u32>, 2>;
 
-var<workgroup> red: array<f32, 64>;
-
 // Half i of a cache row array.
 fn h(buf: u32, i: u32) -> f32 {
     var word: u32;
     if (buf == 0u) { word = kc[i >> 1u]; } else { word = vc[i >> 1u]; }
-    let v = unpack2x16float(word);
-    return select(v.x, v.y, (i & 1u) == 1u);
+    return half(select(word & 0xffffu, word >> 16u, (i & 1u) == 1u));
 }
 
-fn reduce(t: u32, v: f32, is_max: bool) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
-        if (t < k) {
-            if (is_max) { red[t] = max(red[t], red[t + k]); } else { red[t] = red[t] + red[t + k]; }
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
+F16_ROUND
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -57,34 +44,40 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     let k_w = p[0].y * dk;
     let v_w = p[0].y * dv;
     // Scores, with the query rounded to f16.
-    var m = -3.0e38;
     for (var j = lo + t; j <= pos; j += 64u) {
         var s = 0.0;
         for (var d = 0u; d < dk; d++) {
-            let qd = unpack2x16float(pack2x16float(vec2<f32>(q[head * dk + d], 0.0))).x;
-            s += qd * h(0u, j * k_w + kvh * dk + d);
+            s += f16r(q[head * dk + d]) * h(0u, j * k_w + kvh * dk + d);
         }
-        s *= scale;
-        scratch[sbase + j] = s;
-        m = max(m, s);
+        scratch[sbase + j] = s * scale;
     }
-    let mx = reduce(t, m, true);
-    storageBarrier();
-    var sum = 0.0;
-    for (var j = lo + t; j <= pos; j += 64u) {
-        let w = exp(scratch[sbase + j] - mx);
-        scratch[sbase + j] = w;
-        sum += w;
-    }
-    let total = reduce(t, sum, false);
     storageBarrier();
     workgroupBarrier();
+    // Every thread runs the same online softmax (so the same maximum and
+    // sum) over its own output dimensions.
     for (var d = t; d < dv; d += 64u) {
+        var m = scratch[sbase + lo];
+        var sum = 0.0;
         var acc = 0.0;
         for (var j = lo; j <= pos; j++) {
-            acc += scratch[sbase + j] * h(1u, j * v_w + kvh * dv + d);
+            let s = scratch[sbase + j];
+            var ms = 1.0;
+            var vs = 1.0;
+            if (j == lo) {
+                ms = 0.0;
+            } else if (s > m) {
+                ms = exp(m - s);
+                m = s;
+            } else {
+                vs = exp(s - m);
+            }
+            if (ms != 1.0) { acc = f16r(acc * ms); }
+            acc = f16r(fma(h(1u, j * v_w + kvh * dv + d), vs, acc));
+            sum = fma(sum, ms, vs);
         }
-        out[head * dv + d] = acc / total;
+        var inv = 0.0;
+        if (sum != 0.0) { inv = div(1.0, sum); }
+        out[head * dv + d] = acc * inv;
     }
 }
 "#;
@@ -95,11 +88,26 @@ const STORE: &str = r#"
 // values per row (even), position
 @group(0) @binding(2) var<uniform> p: vec4<u32>;
 
+// The f16 bits of x, rounded to nearest even as the CPU rounds: WGSL
+// leaves pack2x16float's rounding to the implementation.
+fn f16bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) { return sign | 0x7e00u; }
+    if (a >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (a >= 0x38800000u) {
+        return sign | ((a + 0xfffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
+    }
+    // Below the smallest normal half: multiples of 2^-24, ties to even.
+    return sign | u32(round(bitcast<f32>(a) * 16777216.0));
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (2u * i >= p.x) { return; }
-    cache[(p.y * p.x) / 2u + i] = pack2x16float(vec2<f32>(src[2u * i], src[2u * i + 1u]));
+    cache[(p.y * p.x) / 2u + i] = f16bits(src[2u * i]) | (f16bits(src[2u * i + 1u]) << 16u);
 }
 "#;
 
@@ -123,7 +131,18 @@ pub struct Attention {
 impl Attention {
     pub fn new(gpu: &Gpu) -> Attention {
         Attention {
-            attend: gpu.pipeline("attention", ATTEND),
+            attend: gpu.pipeline(
+                "attention",
+                &ATTEND.replace(
+                    "F16_ROUND",
+                    &format!(
+                        "{}{}{}",
+                        crate::matvec::F16_ROUND,
+                        crate::matvec::EXACT_DIV,
+                        crate::matvec::HALF
+                    ),
+                ),
+            ),
             store: gpu.pipeline("kv store", STORE),
         }
     }

@@ -5,7 +5,7 @@
 
 use kestrel_gguf::GgmlType;
 
-use crate::matvec::{GpuMatrix, HEADER};
+use crate::matvec::{GpuMatrix, BINDINGS, HALF, HELPERS};
 use crate::{Gpu, GpuError};
 
 pub struct Embed {
@@ -97,8 +97,8 @@ fn val_fn(ty: GgmlType) -> Option<&'static str> {
 impl Embed {
     pub fn new(gpu: &Gpu, ty: GgmlType) -> Result<Embed, GpuError> {
         let val = val_fn(ty).ok_or(GpuError::Unsupported(ty))?;
-        // The matvec header declares w, x (unused here), y and p.
-        let src = format!("{HEADER}\n{val}\n{MAIN}");
+        // The matvec bindings declare w, x (unused here), y and p.
+        let src = format!("{BINDINGS}\n{HALF}\n{HELPERS}\n{val}\n{MAIN}");
         Ok(Embed {
             pipeline: gpu.pipeline(&format!("embed {ty}"), &src),
             ty,

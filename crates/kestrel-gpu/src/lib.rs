@@ -2,17 +2,27 @@
 //! a machine with no GPU). This module owns the device: adapter choice,
 //! what the adapter offers (f16, subgroups, the largest storage binding),
 //! buffers and readback. [`matvec`] owns the quantized matrix-vector
-//! kernels, [`embed`] the embedding lookup from the history buffer,
-//! [`norm`] RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add,
-//! [`attention`] decode attention over the f16 KV cache, [`sample`] token selection on the device. Each kernel is held to its CPU twin in the
+//! kernels and the on-device rounding of activations to 8 bits,
+//! [`embed`] the embedding lookup from the history buffer, [`norm`]
+//! RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add,
+//! [`attention`] decode attention over the f16 KV cache, [`sample`] token
+//! selection on the device. Each kernel is held to its CPU twin in the
 //! tests, with a stated error bound.
 //!
-//! [`model`] runs a whole model one token at a time with greedy selection
-//! on the device.
+//! Numerics follow the CPU backend's (and so ggml's) rounding points: 8-bit
+//! activations rounded bit for bit as the CPU rounds them, integer block
+//! sums, f16 value sums in attention, ggml's SIMD exp in SiLU. What still
+//! differs is the order of f32 additions and the last bit of exp and of a
+//! non-fused fma (lavapipe does not fuse), and one such bit can move an 8-bit
+//! activation quant: on SmolLM2 the logits differ by about 2% of their
+//! spread (`examples/logitdiff.rs` measures it).
 //!
-//! Not yet: the whole forward pass recorded in one submission, sampling
-//! beyond greedy (top-k/p, min-p, temperature, the xorshift draw), the
-//! pipelined decode loop, batched prefill and decode.
+//! [`model`] runs a whole model one token per step: the forward pass and
+//! greedy selection recorded into one submission, read back one step
+//! behind.
+//!
+//! Not yet: sampling beyond greedy in the model (top-k/p, min-p,
+//! temperature, the xorshift draw), batched prefill and decode.
 
 pub mod attention;
 pub mod embed;

@@ -1,13 +1,20 @@
 //! Quantized matrix-vector products in WGSL: y = W x with W in its GGUF
-//! block format (read as raw bytes) and x, y in f32. One workgroup of 64
-//! threads per weight row; each thread takes 32-value units of the row (a
-//! legacy block, or a K-quant sub-block), dequantizes them as the format
-//! defines and sums against x in f32; the workgroup adds the threads' sums
-//! in a tree.
+//! block format (read as raw bytes) and x in f32.
 //!
-//! The CPU quantizes activations to 8 bits; the GPU does not, so the two
-//! differ by that rounding; the tests bound the GPU's error against an f64
-//! product of the dequantized weights instead.
+//! The quantized types compute what the CPU computes: x is first rounded
+//! on the device to the 8-bit format ggml pairs with the weight type (Q8_0,
+//! Q8_1 or Q8_K; [`ActQuant`]), bit for bit as the CPU rounds it, and each
+//! 32-value unit's products are summed as exact integers (`dot4I8Packed`)
+//! before its scales are applied in f32. GPU and CPU then differ only in the
+//! order of the f32 additions, which keeps greedy decoding on the two
+//! devices on the same tokens. F16 weights take x rounded to f16, as ggml
+//! does; F32 weights take x as it is.
+//!
+//! Layout: `TPR` threads per weight row (a power of two up to 64) share a
+//! row's units and add their sums in a tree; a workgroup of 64 threads
+//! covers 64 / TPR rows. A software rasterizer (lavapipe) runs best with a
+//! row per thread and no barriers; a GPU wants the threads of a row to read
+//! neighbouring blocks.
 
 use kestrel_gguf::GgmlType;
 
@@ -58,20 +65,180 @@ impl Gpu {
     }
 }
 
+/// The 8-bit activation format ggml pairs with weight type `ty`, or None
+/// for the float types.
+pub fn act_type(ty: GgmlType) -> Option<GgmlType> {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 => Some(T::Q8_0),
+        T::Q4_1 | T::Q5_1 => Some(T::Q8_1),
+        T::Q4_K | T::Q6_K => Some(T::Q8_K),
+        _ => None,
+    }
+}
+
+/// Words of scale data per block of an activation format: Q8_0 keeps d,
+/// Q8_1 d and s (both rounded to f16, held as f32), Q8_K d (f32) and the
+/// sixteen 16-value sums (i32).
+fn meta_words(act: GgmlType) -> usize {
+    match act {
+        GgmlType::Q8_0 => 1,
+        GgmlType::Q8_1 => 2,
+        _ => 17,
+    }
+}
+
+/// x rounded to an 8-bit activation format on the device: `q` holds the
+/// quants, four to a word in value order; `meta` the per-block scales
+/// ([`meta_words`] per block of 32 values, or of 256 for Q8_K).
+pub struct ActQuant {
+    pipeline: wgpu::ComputePipeline,
+    pub ty: GgmlType,
+    pub q: wgpu::Buffer,
+    pub meta: wgpu::Buffer,
+    cap: usize,
+}
+
+impl ActQuant {
+    /// A quantizer to `ty` (Q8_0, Q8_1 or Q8_K) for rows of up to `cap`
+    /// values.
+    pub fn new(gpu: &Gpu, ty: GgmlType, cap: usize) -> Result<ActQuant, GpuError> {
+        let body = match ty {
+            GgmlType::Q8_0 | GgmlType::Q8_1 => Q8_32,
+            GgmlType::Q8_K => Q8_K,
+            _ => return Err(GpuError::Unsupported(ty)),
+        };
+        let src = format!("{QUANT_HEADER}\n{EXACT_DIV}\n{F16_ROUND}\n{body}")
+            .replace("META", &meta_words(ty).to_string());
+        let block = if ty == GgmlType::Q8_K { 256 } else { 32 };
+        let blocks = cap.div_ceil(block).max(1);
+        Ok(ActQuant {
+            pipeline: gpu.pipeline(&format!("quantize {ty}"), &src),
+            ty,
+            q: gpu.scratch_f32("activation quants", blocks * block / 4),
+            meta: gpu.scratch_f32("activation scales", blocks * meta_words(ty)),
+            cap,
+        })
+    }
+
+    /// Rounds the first `n` values of `x` (a whole number of blocks).
+    pub fn run(&self, gpu: &Gpu, x: &wgpu::Buffer, n: usize) -> Result<(), GpuError> {
+        let block = if self.ty == GgmlType::Q8_K { 256 } else { 32 };
+        if n > self.cap || !n.is_multiple_of(block) || x.size() < (n * 4) as u64 {
+            return Err(GpuError::Shape(format!(
+                "quantizing {n} values to {} (room for {}, x holds {} bytes)",
+                self.ty,
+                self.cap,
+                x.size()
+            )));
+        }
+        let blocks = (n / block) as u32;
+        let params = gpu.params(&[blocks, u32::from(self.ty == GgmlType::Q8_1), 0, 0]);
+        let bind = gpu.bind(&self.pipeline, &[x, &self.q, &self.meta, &params]);
+        gpu.run(&self.pipeline, &bind, blocks.div_ceil(64));
+        Ok(())
+    }
+}
+
+/// How a product spreads over the threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Threads per weight row: a power of two, at most 64.
+    pub tpr: u32,
+    /// Four-byte integer dots with `dot4I8Packed` (one instruction on a
+    /// GPU), or by unpacking the bytes (lavapipe's `dot4I8Packed` is twice
+    /// as slow as that). Both give the same integers.
+    pub native_dot: bool,
+}
+
+impl Layout {
+    /// A row per thread and unpacked dots on a CPU adapter (a software
+    /// rasterizer runs SIMD lanes as rows and pays for every barrier); 32
+    /// threads per row and native dots on a GPU. `KESTREL_GPU_TPR`
+    /// overrides the threads per row.
+    pub fn for_adapter(gpu: &Gpu) -> Layout {
+        let cpu = gpu.adapter.kind == "Cpu";
+        let tpr = std::env::var("KESTREL_GPU_TPR")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|t| t.is_power_of_two() && *t <= 64)
+            .unwrap_or(if cpu { 1 } else { 32 });
+        Layout {
+            tpr,
+            native_dot: !cpu,
+        }
+    }
+}
+
 /// The compiled product for one weight type.
 pub struct MatVec {
     pipeline: wgpu::ComputePipeline,
     ty: GgmlType,
+    tpr: u32,
+    act: Option<ActQuant>,
 }
 
 impl MatVec {
-    pub fn new(gpu: &Gpu, ty: GgmlType) -> Result<MatVec, GpuError> {
+    /// The product for `ty` weights of up to `max_cols` columns, laid out
+    /// for the adapter ([`Layout::for_adapter`]).
+    pub fn new(gpu: &Gpu, ty: GgmlType, max_cols: usize) -> Result<MatVec, GpuError> {
+        MatVec::with_layout(gpu, ty, max_cols, Layout::for_adapter(gpu))
+    }
+
+    /// As [`MatVec::new`] with a given layout.
+    pub fn with_layout(
+        gpu: &Gpu,
+        ty: GgmlType,
+        max_cols: usize,
+        layout: Layout,
+    ) -> Result<MatVec, GpuError> {
+        let tpr = layout.tpr;
+        if !tpr.is_power_of_two() || tpr > 64 {
+            return Err(GpuError::Shape(format!(
+                "{tpr} threads per row: must be a power of two up to 64"
+            )));
+        }
         let unit = unit_fn(ty).ok_or(GpuError::Unsupported(ty))?;
-        let src = format!("{HEADER}\n{unit}\n{MAIN}").replace("GRID_X", &format!("{GRID_X}u"));
+        let act = match act_type(ty) {
+            Some(a) => Some(ActQuant::new(gpu, a, max_cols)?),
+            None => None,
+        };
+        let bindings = if act.is_some() {
+            QUANT_BINDINGS
+        } else {
+            BINDINGS
+        };
+        // A row per thread needs no shared memory (and a software
+        // rasterizer runs a workgroup that has none faster).
+        let (shared, reduce) = if tpr == 1 {
+            ("", REDUCE_NONE)
+        } else {
+            ("var<workgroup> part: array<f32, 64>;", REDUCE_TREE)
+        };
+        let dot4 = if layout.native_dot {
+            DOT4_NATIVE
+        } else {
+            DOT4_UNPACKED
+        };
+        let src = format!(
+            "{bindings}\n{shared}\n{HALF}\n{HELPERS}\n{dot4}\n{F16_ROUND}\n{unit}\n{MAIN}\n"
+        )
+        .replace("REDUCE", reduce)
+        .replace("GRID_X", &format!("{GRID_X}u"))
+        .replace("TPR", &format!("{tpr}u"))
+        .replace("RPG", &format!("{}u", 64 / tpr));
         Ok(MatVec {
             pipeline: gpu.pipeline(&format!("matvec {ty}"), &src),
             ty,
+            tpr,
+            act,
         })
+    }
+
+    /// The activation quantizer this product runs first (None for F16 and
+    /// F32 weights).
+    pub fn activations(&self) -> Option<&ActQuant> {
+        self.act.as_ref()
     }
 
     /// y[r] = dot(row r of `m`, x) for every row: `x` holds `m.cols` f32
@@ -104,29 +271,58 @@ impl MatVec {
             m.row_bytes as u32,
             (m.cols / 32) as u32,
         ]);
-        let bind = gpu.bind(&self.pipeline, &[&m.buf, x, y, &params]);
-        gpu.run(&self.pipeline, &bind, m.rows as u32);
+        let bind = match &self.act {
+            Some(act) => {
+                act.run(gpu, x, m.cols)?;
+                gpu.bind(&self.pipeline, &[&m.buf, &act.q, y, &params, &act.meta])
+            }
+            None => gpu.bind(&self.pipeline, &[&m.buf, x, y, &params]),
+        };
+        let rows_per_group = 64 / self.tpr as usize;
+        gpu.run(
+            &self.pipeline,
+            &bind,
+            m.rows.div_ceil(rows_per_group) as u32,
+        );
         Ok(())
     }
 }
 
-pub(crate) const HEADER: &str = r#"
+/// Bindings of the float products and the embedding lookup: weights, x,
+/// y, and (rows, cols, bytes per row, 32-value units per row).
+pub(crate) const BINDINGS: &str = r#"
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
-// rows, cols, bytes per row, 32-value units per row
 @group(0) @binding(3) var<uniform> p: vec4<u32>;
+"#;
 
-var<workgroup> part: array<f32, 64>;
+/// The quantized products read x as 8-bit quants and per-block scales.
+const QUANT_BINDINGS: &str = r#"
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> xq: array<u32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: vec4<u32>;
+@group(0) @binding(4) var<storage, read> xm: array<u32>;
+"#;
 
+/// Byte-level reads of the weight blocks (GGUF blocks are not all
+/// word-aligned: Q8_0 is 34 bytes, Q6_K 210).
+pub(crate) const HELPERS: &str = r#"
 // Byte o of the weights.
 fn b8(o: u32) -> u32 { return (w[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu; }
 // The IEEE half at byte o.
-fn h16(o: u32) -> f32 { return unpack2x16float(b8(o) | (b8(o + 1u) << 8u)).x; }
+fn h16(o: u32) -> f32 { return half(b8(o) | (b8(o + 1u) << 8u)); }
 // A byte as a signed value.
 fn i8v(v: u32) -> f32 { return f32(bitcast<i32>(v << 24u) >> 24u); }
-// Four bytes at o, little-endian.
-fn u32_at(o: u32) -> u32 { return b8(o) | (b8(o + 1u) << 8u) | (b8(o + 2u) << 16u) | (b8(o + 3u) << 24u); }
+fn i8i(v: u32) -> i32 { return bitcast<i32>(v << 24u) >> 24u; }
+// Four bytes at o, little-endian, at any alignment.
+fn u32_at(o: u32) -> u32 {
+    let i = o >> 2u;
+    let sh = (o & 3u) * 8u;
+    if (sh == 0u) { return w[i]; }
+    return (w[i] >> sh) | (w[i + 1u] << (32u - sh));
+}
 // Q4_K sub-block j's 6-bit scale and min, from the 12 bytes at o + 4.
 fn q4k_scale_min(o: u32, j: u32) -> vec2<u32> {
     if (j < 4u) {
@@ -137,42 +333,224 @@ fn q4k_scale_min(o: u32, j: u32) -> vec2<u32> {
         (b8(o + 8u + j) >> 4u) | ((b8(o + 4u + j) >> 6u) << 4u),
     );
 }
+// Four unsigned bytes minus k each (k < 128, bytes < 128), as signed bytes:
+// the high bit set first stops a borrow from crossing into the next byte.
+fn sub_bytes(v: u32, k: u32) -> u32 { return ((v | 0x80808080u) - k * 0x01010101u) ^ 0x80808080u; }
+// Bits 0-3 of b moved to bit 0 of bytes 0-3.
+fn spread4(b: u32) -> u32 { return (b & 1u) | ((b & 2u) << 7u) | ((b & 4u) << 14u) | ((b & 8u) << 21u); }
 "#;
 
-const MAIN: &str = r#"
+const DOT4_NATIVE: &str = "fn dot4(a: u32, b: u32) -> i32 { return dot4I8Packed(a, b); }";
+
+const DOT4_UNPACKED: &str = r#"
+fn bytes4(a: u32) -> vec4<i32> {
+    return vec4<i32>(bitcast<i32>(a << 24u), bitcast<i32>(a << 16u), bitcast<i32>(a << 8u), bitcast<i32>(a)) >> vec4<u32>(24u);
+}
+fn dot4(a: u32, b: u32) -> i32 { return dot(bytes4(a), bytes4(b)); }
+"#;
+
+/// `half(b)`: the IEEE half in the low 16 bits of `b`.
+pub(crate) const HALF: &str = r#"
+// The IEEE half in the low 16 bits of b, decoded by hand: an
+// implementation may flush subnormal halves to zero in unpack2x16float.
+fn half(b: u32) -> f32 {
+    let e = (b >> 10u) & 31u;
+    let m = b & 1023u;
+    var v: f32;
+    if (e == 0u) {
+        v = f32(m) * 5.9604644775390625e-08;
+    } else if (e == 31u) {
+        v = bitcast<f32>(0x7f800000u | (m << 13u));
+    } else {
+        v = bitcast<f32>(((e + 112u) << 23u) | (m << 13u));
+    }
+    return select(v, -v, (b & 0x8000u) != 0u);
+}
+"#;
+
+/// `f16r(x)`: x rounded to the nearest f16 (ties to even), as an f32. WGSL
+/// leaves the rounding of its own f16 conversions to the implementation,
+/// and the CPU rounds scales to even.
+pub(crate) const F16_ROUND: &str = r#"
+fn f16r(x: f32) -> f32 {
+    let a = abs(x);
+    if (a < 6.103515625e-05) {
+        // Subnormal halves are multiples of 2^-24; round() ties to even.
+        return sign(x) * round(a * 16777216.0) * 5.9604644775390625e-08;
+    }
+    let b = bitcast<u32>(x);
+    let r = (b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u;
+    if ((r & 0x7fffffffu) > 0x477fe000u) {
+        return bitcast<f32>((b & 0x80000000u) | 0x7f800000u);
+    }
+    return bitcast<f32>(r);
+}
+"#;
+
+/// `div(a, b)`: IEEE division, rounded as the CPU rounds it.
+pub(crate) const EXACT_DIV: &str = r#"
+// a / b correctly rounded (to nearest even) for normal a, b and quotient,
+// by long division of the 24-bit significands in integers: WGSL's division
+// may be off by an ulp or two, fma may not be fused (lavapipe's is not),
+// and the CPU's scales come from IEEE division. Anything else (zero,
+// subnormal, inf) falls back to the native division.
+fn div(a: f32, b: f32) -> f32 {
+    let ba = bitcast<u32>(a);
+    let bb = bitcast<u32>(b);
+    let ea = i32((ba >> 23u) & 0xffu);
+    let eb = i32((bb >> 23u) & 0xffu);
+    if (ea == 0 || eb == 0 || ea == 255 || eb == 255) { return a / b; }
+    let mb = (bb & 0x7fffffu) | 0x800000u;
+    var r = (ba & 0x7fffffu) | 0x800000u;
+    var e = ea - eb + 127;
+    if (r < mb) {
+        r <<= 1u;
+        e -= 1;
+    }
+    // 24 quotient bits and a guard bit; what remains is the sticky part.
+    var q = 0u;
+    for (var i = 0u; i < 25u; i++) {
+        q <<= 1u;
+        if (r >= mb) {
+            r -= mb;
+            q |= 1u;
+        }
+        r <<= 1u;
+    }
+    let guard = q & 1u;
+    q >>= 1u;
+    if (guard == 1u && (r != 0u || (q & 1u) == 1u)) { q += 1u; }
+    if (q == 0x1000000u) {
+        q >>= 1u;
+        e += 1;
+    }
+    if (e <= 0 || e >= 255) { return a / b; }
+    return bitcast<f32>(((ba ^ bb) & 0x80000000u) | (u32(e) << 23u) | (q & 0x7fffffu));
+}
+"#;
+
+const QUANT_HEADER: &str = r#"
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> q: array<u32>;
+@group(0) @binding(2) var<storage, read_write> m: array<u32>;
+// blocks, with s (Q8_1)
+@group(0) @binding(3) var<uniform> p: vec4<u32>;
+
+"#;
+
+/// Q8_0 and Q8_1, one thread per 32-value block, as ggml's AVX2 code
+/// rounds: d = amax / 127, quants round(x * (127 / amax)) to even, s = d
+/// times the quants' sum, both scales then rounded to f16.
+const Q8_32: &str = r#"
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let row = g.y * GRID_X + g.x;
-    var s = 0.0;
-    if (row < p.x) {
-        let base = row * p.z;
-        for (var u = t; u < p.w; u += 64u) {
-            s += unit(base, u, u * 32u);
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x;
+    if (b >= p.x) { return; }
+    var amax = 0.0;
+    for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(x[32u * b + j])); }
+    let d = div(amax, 127.0);
+    var id = 0.0;
+    if (amax != 0.0) { id = div(127.0, amax); }
+    var sum = 0i;
+    for (var k = 0u; k < 8u; k++) {
+        var word = 0u;
+        for (var i = 0u; i < 4u; i++) {
+            let v = i32(round(x[32u * b + 4u * k + i] * id));
+            sum += v;
+            word |= (u32(clamp(v, -128i, 127i)) & 0xffu) << (8u * i);
         }
+        q[8u * b + k] = word;
     }
-    part[t] = s;
-    workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
-        if (t < k) {
-            part[t] += part[t + k];
-        }
-        workgroupBarrier();
-    }
-    if (t == 0u && row < p.x) {
-        y[row] = part[0];
+    m[META * b] = bitcast<u32>(f16r(d));
+    if (p.y != 0u) {
+        m[META * b + 1u] = bitcast<u32>(f16r(d * f32(sum)));
     }
 }
 "#;
 
-/// `fn unit(base, u, xi) -> f32`: the dot of 32-value unit `u` of the row
-/// starting at byte `base` with x[xi..xi + 32], in each format's layout.
+/// Q8_K, one thread per 256-value block, as ggml's reference code rounds:
+/// the scale comes from the value of largest magnitude (its sign kept),
+/// quants round(x * -127 / max) to even, capped at 127, and d = 1 / iscale
+/// stays f32; each 16 values' quant sum is kept for the K-quant minimums.
+const Q8_K: &str = r#"
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x;
+    if (b >= p.x) { return; }
+    var amax = 0.0;
+    var mx = 0.0;
+    for (var j = 0u; j < 256u; j++) {
+        let v = x[256u * b + j];
+        if (abs(v) > amax) {
+            amax = abs(v);
+            mx = v;
+        }
+    }
+    var iscale = 0.0;
+    if (amax != 0.0) { iscale = div(-127.0, mx); }
+    for (var g = 0u; g < 16u; g++) {
+        var bs = 0i;
+        for (var k = 0u; k < 4u; k++) {
+            var word = 0u;
+            for (var i = 0u; i < 4u; i++) {
+                let v = min(i32(round(iscale * x[256u * b + 16u * g + 4u * k + i])), 127i);
+                bs += v;
+                word |= (u32(v) & 0xffu) << (8u * i);
+            }
+            q[64u * b + 4u * g + k] = word;
+        }
+        m[META * b + 1u + g] = bitcast<u32>(bs);
+    }
+    var d = 0.0;
+    if (amax != 0.0) { d = div(1.0, iscale); }
+    m[META * b] = bitcast<u32>(d);
+}
+"#;
+
+const MAIN: &str = r#"
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let row = (g.y * GRID_X + g.x) * RPG + t / TPR;
+    let lane = t % TPR;
+    var s = 0.0;
+    if (row < p.x) {
+        let base = row * p.z;
+        for (var u = lane; u < p.w; u += TPR) {
+            s += unit(base, u);
+        }
+    }
+    REDUCE
+}
+"#;
+
+const REDUCE_NONE: &str = "if (row < p.x) { y[row] = s; }";
+
+const REDUCE_TREE: &str = r#"part[t] = s;
+    workgroupBarrier();
+    for (var k = TPR / 2u; k > 0u; k >>= 1u) {
+        if (lane < k) {
+            part[t] += part[t + k];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && row < p.x) {
+        y[row] = part[t];
+    }"#;
+
+/// `fn unit(base, u) -> f32`: the dot of 32-value unit `u` of the row
+/// starting at byte `base` with the activations' unit `u`, in each
+/// format's layout. Nibble words hold values 4k..4k+3 in their low nibbles
+/// and 16+4k.. in their high ones (legacy blocks); xq word 8u + k holds
+/// activation values 4k..4k+3 of unit u.
 fn unit_fn(ty: GgmlType) -> Option<&'static str> {
     use GgmlType as T;
     Some(match ty {
         T::F32 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
-    let o = (base + u * 128u) >> 2u;
+fn unit(base: u32, u: u32) -> f32 {
+    let o = (base >> 2u) + u * 32u;
+    let xi = u * 32u;
     var s = 0.0;
     for (var j = 0u; j < 32u; j++) { s += bitcast<f32>(w[o + j]) * x[xi + j]; }
     return s;
@@ -180,130 +558,131 @@ fn unit(base: u32, u: u32, xi: u32) -> f32 {
         }
         T::F16 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
-    let o = (base + u * 64u) >> 2u;
+fn unit(base: u32, u: u32) -> f32 {
+    let o = (base >> 2u) + u * 16u;
+    let xi = u * 32u;
     var s = 0.0;
     for (var j = 0u; j < 16u; j++) {
-        let v = unpack2x16float(w[o + j]);
-        s += v.x * x[xi + 2u * j] + v.y * x[xi + 2u * j + 1u];
+        let v = w[o + j];
+        s += half(v & 0xffffu) * f16r(x[xi + 2u * j]) + half(v >> 16u) * f16r(x[xi + 2u * j + 1u]);
     }
     return s;
 }"#
         }
         T::Q8_0 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
+fn unit(base: u32, u: u32) -> f32 {
     let o = base + u * 34u;
-    var s = 0.0;
-    for (var j = 0u; j < 32u; j++) { s += i8v(b8(o + 2u + j)) * x[xi + j]; }
-    return h16(o) * s;
+    var s = 0i;
+    for (var k = 0u; k < 8u; k++) { s += dot4(u32_at(o + 2u + 4u * k), xq[8u * u + k]); }
+    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
 }"#
         }
         T::Q4_0 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
+fn unit(base: u32, u: u32) -> f32 {
     let o = base + u * 18u;
-    var s = 0.0;
-    for (var j = 0u; j < 16u; j++) {
-        let q = b8(o + 2u + j);
-        s += (f32(q & 15u) - 8.0) * x[xi + j] + (f32(q >> 4u) - 8.0) * x[xi + 16u + j];
+    var s = 0i;
+    for (var k = 0u; k < 4u; k++) {
+        let q = u32_at(o + 2u + 4u * k);
+        s += dot4(sub_bytes(q & 0x0f0f0f0fu, 8u), xq[8u * u + k])
+           + dot4(sub_bytes((q >> 4u) & 0x0f0f0f0fu, 8u), xq[8u * u + 4u + k]);
     }
-    return h16(o) * s;
+    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
 }"#
         }
+        // 20-byte blocks in rows of whole blocks: always word-aligned.
         T::Q4_1 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
-    let o = base + u * 20u;
-    var s = 0.0;
-    var sx = 0.0;
-    for (var j = 0u; j < 16u; j++) {
-        let q = b8(o + 4u + j);
-        let a = x[xi + j];
-        let b = x[xi + 16u + j];
-        s += f32(q & 15u) * a + f32(q >> 4u) * b;
-        sx += a + b;
+fn unit(base: u32, u: u32) -> f32 {
+    let o = (base + u * 20u) >> 2u;
+    var s = 0i;
+    for (var k = 0u; k < 4u; k++) {
+        let q = w[o + 1u + k];
+        s += dot4(q & 0x0f0f0f0fu, xq[8u * u + k])
+           + dot4((q >> 4u) & 0x0f0f0f0fu, xq[8u * u + 4u + k]);
     }
-    return h16(o) * s + h16(o + 2u) * sx;
+    return f32(s) * (half(w[o] & 0xffffu) * bitcast<f32>(xm[2u * u])) + half(w[o] >> 16u) * bitcast<f32>(xm[2u * u + 1u]);
 }"#
         }
         T::Q5_0 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
+fn unit(base: u32, u: u32) -> f32 {
     let o = base + u * 22u;
     let qh = u32_at(o + 2u);
-    var s = 0.0;
-    for (var j = 0u; j < 16u; j++) {
-        let q = b8(o + 6u + j);
-        let lo = (q & 15u) | (((qh >> j) & 1u) << 4u);
-        let hi = (q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-        s += (f32(lo) - 16.0) * x[xi + j] + (f32(hi) - 16.0) * x[xi + 16u + j];
+    var s = 0i;
+    for (var k = 0u; k < 4u; k++) {
+        let q = u32_at(o + 6u + 4u * k);
+        let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
+        let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
+        s += dot4(sub_bytes(lo, 16u), xq[8u * u + k])
+           + dot4(sub_bytes(hi, 16u), xq[8u * u + 4u + k]);
     }
-    return h16(o) * s;
+    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
 }"#
         }
         T::Q5_1 => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
+fn unit(base: u32, u: u32) -> f32 {
     let o = base + u * 24u;
     let qh = u32_at(o + 4u);
-    var s = 0.0;
-    var sx = 0.0;
-    for (var j = 0u; j < 16u; j++) {
-        let q = b8(o + 8u + j);
-        let lo = (q & 15u) | (((qh >> j) & 1u) << 4u);
-        let hi = (q >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-        let a = x[xi + j];
-        let b = x[xi + 16u + j];
-        s += f32(lo) * a + f32(hi) * b;
-        sx += a + b;
+    var s = 0i;
+    for (var k = 0u; k < 4u; k++) {
+        let q = u32_at(o + 8u + 4u * k);
+        let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
+        let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
+        s += dot4(lo, xq[8u * u + k]) + dot4(hi, xq[8u * u + 4u + k]);
     }
-    return h16(o) * s + h16(o + 2u) * sx;
+    return f32(s) * (h16(o) * bitcast<f32>(xm[2u * u])) + h16(o + 2u) * bitcast<f32>(xm[2u * u + 1u]);
 }"#
         }
         // 256-value blocks: d, dmin, 12 bytes of 6-bit scales and mins,
         // 128 bytes of nibbles (sub-blocks 2k and 2k+1 share 32 bytes).
+        // ggml applies d * dx to the scaled quant sum and dmin * dx to the
+        // scaled 16-value activation sums.
         T::Q4_K => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
-    let o = base + (u / 8u) * 144u;
+fn unit(base: u32, u: u32) -> f32 {
+    let sb = u / 8u;
     let j = u % 8u;
+    let o = base + sb * 144u;
     let sm = q4k_scale_min(o, j);
-    let sc = sm.x;
-    let m = sm.y;
     let q0 = o + 16u + 32u * (j / 2u);
     let shift = 4u * (j % 2u);
-    var s = 0.0;
-    var sx = 0.0;
-    for (var l = 0u; l < 32u; l++) {
-        let a = x[xi + l];
-        s += f32((b8(q0 + l) >> shift) & 15u) * a;
-        sx += a;
+    var s = 0i;
+    for (var k = 0u; k < 8u; k++) {
+        s += dot4((u32_at(q0 + 4u * k) >> shift) & 0x0f0f0f0fu, xq[8u * u + k]);
     }
-    return h16(o) * f32(sc) * s - h16(o + 2u) * f32(m) * sx;
+    let mb = 17u * sb;
+    let dx = bitcast<f32>(xm[mb]);
+    let bs = bitcast<i32>(xm[mb + 1u + 2u * j]) + bitcast<i32>(xm[mb + 2u + 2u * j]);
+    return dx * h16(o) * f32(i32(sm.x) * s) - dx * h16(o + 2u) * f32(i32(sm.y) * bs);
 }"#
         }
         // 256-value blocks: 128 bytes of low nibbles, 64 of high 2-bit
         // pairs, 16 signed scales (one per 16 values), d.
         T::Q6_K => {
             r#"
-fn unit(base: u32, u: u32, xi: u32) -> f32 {
-    let o = base + (u / 8u) * 210u;
+fn unit(base: u32, u: u32) -> f32 {
+    let sb = u / 8u;
+    let o = base + sb * 210u;
     let e = (u % 8u) * 32u;
     let n = e / 128u;
     let grp = (e % 128u) / 32u;
     let ql = o + 64u * n + 32u * (grp % 2u);
     let qh = o + 128u + 32u * n;
     let nib = 4u * (grp / 2u);
-    var s0 = 0.0;
-    var s1 = 0.0;
-    for (var l = 0u; l < 32u; l++) {
-        let q = ((b8(ql + l) >> nib) & 15u) | (((b8(qh + l) >> (2u * grp)) & 3u) << 4u);
-        let v = (f32(q) - 32.0) * x[xi + l];
-        if (l < 16u) { s0 += v; } else { s1 += v; }
+    var s0 = 0i;
+    var s1 = 0i;
+    for (var k = 0u; k < 8u; k++) {
+        let lo = (u32_at(ql + 4u * k) >> nib) & 0x0f0f0f0fu;
+        let hi = ((u32_at(qh + 4u * k) >> (2u * grp)) & 0x03030303u) << 4u;
+        let d = dot4(sub_bytes(lo | hi, 32u), xq[8u * u + k]);
+        if (k < 4u) { s0 += d; } else { s1 += d; }
     }
     let sc = o + 192u + 8u * n + 2u * grp;
-    return h16(o + 208u) * (i8v(b8(sc)) * s0 + i8v(b8(sc + 1u)) * s1);
+    let isum = i8i(b8(sc)) * s0 + i8i(b8(sc + 1u)) * s1;
+    return bitcast<f32>(xm[17u * sb]) * h16(o + 208u) * f32(isum);
 }"#
         }
         _ => return None,

@@ -238,16 +238,22 @@ impl GpuModel {
                 post_ffn_norm,
             });
         }
-        let mut matvec = HashMap::new();
-        let all = layers
+        let all: Vec<&GpuMatrix> = layers
             .iter()
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
             .chain(output.iter())
-            .chain([&tok_embd]);
-        for m in all {
-            if let std::collections::hash_map::Entry::Vacant(slot) = matvec.entry(m.ty) {
-                slot.insert(MatVec::new(&gpu, m.ty)?);
-            }
+            .chain([&tok_embd])
+            .collect();
+        // One product per weight type, its activation scratch sized for the
+        // widest matrix of that type.
+        let mut widest: HashMap<GgmlType, usize> = HashMap::new();
+        for m in &all {
+            let w = widest.entry(m.ty).or_default();
+            *w = (*w).max(m.cols);
+        }
+        let mut matvec = HashMap::new();
+        for (ty, cols) in widest {
+            matvec.insert(ty, MatVec::new(&gpu, ty, cols)?);
         }
         let rope = gpu.upload_f32(
             "rope",

@@ -52,13 +52,48 @@ fn gelu(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh(0.7978845608028654 * x * inner));
 }
 
+// ggml's vectorised expf (ggml_v_expf), step for step as the CPU's twin
+// computes it, so SiLU agrees with the CPU's to the last bit where fma is
+// fused (on lavapipe it is not, which leaves an ulp or so).
+fn v_expf(x: f32) -> f32 {
+    // ggml rounds x·log2(e) to an integer by adding and subtracting
+    // 1.5·2^23; a shader compiler may fold that away, so round() instead
+    // (also to even). The integer's bits shifted into the exponent field are
+    // what ggml takes from the sum's low bits.
+    let n = round(x * bitcast<f32>(0x3fb8aa3bu));
+    let b = fma(-n, bitcast<f32>(0x35bfbe8eu), fma(-n, bitcast<f32>(0x3f317200u), x));
+    let e = bitcast<u32>(i32(n)) << 23u;
+    let k = bitcast<f32>(e + bitcast<u32>(1.0));
+    let u = b * b;
+    let j = fma(
+        fma(fma(bitcast<f32>(0x3c072010u), b, bitcast<f32>(0x3d2b9f17u)), u,
+            fma(bitcast<f32>(0x3e2aaf33u), b, bitcast<f32>(0x3effffdbu))),
+        u,
+        bitcast<f32>(0x3f7ffff6u) * b);
+    if (abs(n) <= 126.0) { return fma(j, k, k); }
+    var g = 0u;
+    if (n <= 0.0) { g = 0x82000000u; }
+    let s1 = bitcast<f32>(g + 0x7f000000u);
+    let s2 = bitcast<f32>(e - g);
+    if (abs(n) > 192.0) { return s1 * s1; }
+    return fma(s2, j, s2) * s1;
+}
+
+EXACT_DIV
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = (g.y * GRID_X + g.x) * 64u + t;
     if (i >= p.x) { return; }
     switch (p.y) {
-        // y = silu(a) * b
-        case 0u: { let x = a[i]; y[i] = x / (1.0 + exp(-x)) * b[i]; }
+        // y = silu(a) * b, as ggml: its SIMD exp for whole groups of 8, libm's
+        // for the tail (here the shader's own exp).
+        case 0u: {
+            let x = a[i];
+            var e: f32;
+            if (i < p.x / 8u * 8u) { e = v_expf(-x); } else { e = exp(-x); }
+            y[i] = div(x, 1.0 + e) * b[i];
+        }
         // y = gelu(a) * b
         case 1u: { y[i] = gelu(a[i]) * b[i]; }
         // y = cap * tanh(y / cap)
@@ -103,7 +138,12 @@ impl Ops {
         let grid = format!("{GRID_X}u");
         Ops {
             rope: gpu.pipeline("rope", &ROPE.replace("GRID_X", &grid)),
-            elementwise: gpu.pipeline("elementwise", &ELEMENTWISE.replace("GRID_X", &grid)),
+            elementwise: gpu.pipeline(
+                "elementwise",
+                &ELEMENTWISE
+                    .replace("GRID_X", &grid)
+                    .replace("EXACT_DIV", crate::matvec::EXACT_DIV),
+            ),
             unused: gpu.scratch_f32("unused", 1),
         }
     }

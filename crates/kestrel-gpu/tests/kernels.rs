@@ -1,17 +1,16 @@
 //! Every GPU kernel against its CPU twin on random data (lavapipe in CI).
 //!
-//! Matrix-vector products: the GPU multiplies the dequantized weights by
-//! f32 activations, so it is held to an f64 product of the CPU's own
-//! dequantization (`kestrel_quant::dequantize_row`) within 1e-5 of
-//! sum |w_i x_i| (f32 sums of up to a few thousand terms). Against the CPU
-//! backend's product, which first rounds the activations to 8 bits (Q8_0,
-//! Q8_1 or Q8_K per block), the bound is that rounding: 1.5e-2 of
-//! sum |w_i x_i| for the 8-bit formats, the float types within 1e-3 (F16
-//! activations for F16 weights).
+//! Matrix-vector products: the GPU rounds the activations to 8 bits on the
+//! device exactly as the CPU does (checked bit for bit), sums each block's
+//! products as integers and applies the scales in f32, so it is held to the
+//! CPU's own products (the portable `vec_dot` and the CPU backend's matmul)
+//! within 1e-5 of sum |w_i x_i|: only the order of the f32 additions
+//! differs. The float types are held to the same bound (F16 weights take
+//! x rounded to f16 on both devices).
 //! RMSNorm: within 1e-5 of the CPU's, relative to the row's largest output.
 
 use kestrel_gguf::GgmlType;
-use kestrel_gpu::matvec::MatVec;
+use kestrel_gpu::matvec::{Layout, MatVec};
 use kestrel_gpu::norm::RmsNorm;
 use kestrel_gpu::Gpu;
 use std::sync::OnceLock;
@@ -68,11 +67,45 @@ fn case(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>
 }
 
 fn gpu_matvec(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], x: &[f32]) -> Vec<f32> {
+    gpu_matvec_with(ty, (rows, cols), bytes, x, 1)
+}
+
+/// Every layout the products are built in: threads per row, and native
+/// or unpacked byte dots.
+const LAYOUTS: [(u32, bool); 4] = [(1, false), (4, true), (32, false), (32, true)];
+
+/// The product with `tpr` threads per row (and native dots from 4 up).
+fn gpu_matvec_with(
+    ty: GgmlType,
+    (rows, cols): (usize, usize),
+    bytes: &[u8],
+    x: &[f32],
+    tpr: u32,
+) -> Vec<f32> {
+    gpu_matvec_layout(
+        ty,
+        (rows, cols),
+        bytes,
+        x,
+        Layout {
+            tpr,
+            native_dot: tpr >= 4,
+        },
+    )
+}
+
+fn gpu_matvec_layout(
+    ty: GgmlType,
+    (rows, cols): (usize, usize),
+    bytes: &[u8],
+    x: &[f32],
+    layout: Layout,
+) -> Vec<f32> {
     let g = gpu();
     let m = g.upload_matrix("w", ty, rows, cols, bytes).expect("upload");
     let xb = g.upload_f32("x", x).unwrap();
     let yb = g.scratch_f32("y", rows);
-    MatVec::new(g, ty)
+    MatVec::with_layout(g, ty, cols, layout)
         .expect("kernel")
         .run(g, &m, &xb, &yb)
         .expect("run");
@@ -83,13 +116,17 @@ fn gpu_matvec(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], x: &[f32]) -
 fn matvec_matches_the_cpu_for_every_type() {
     let mut failures = Vec::new();
     for (i, &ty) in TYPES.iter().enumerate() {
-        // Odd row counts; rows of 1 to 6 K-quant blocks (a unit count that
-        // is not a multiple of the 64 threads, and one above it).
+        // Odd row counts; rows of 1 to 10 K-quant blocks (unit counts that
+        // are not a multiple of the threads per row, and above 64).
         for (rows, cols) in [(37usize, 512usize), (5, 1536), (3, 2560)] {
-            let (bytes, deq, x) = case(ty, rows, cols, 1000 + i as u64 * 7 + cols as u64);
-            let got = gpu_matvec(ty, rows, cols, &bytes, &x);
-            let mut cpu = vec![0f32; rows];
+            let (bytes, deq, mut x) = case(ty, rows, cols, 1000 + i as u64 * 7 + cols as u64);
+            // Activations of very different sizes per block, as a model's
+            // are (and small enough for subnormal f16 scales).
+            for (j, v) in x.iter_mut().enumerate() {
+                *v *= [1.0, 1e-4, 30.0, 1e-6][(j / 256) % 4];
+            }
             let pool = rayon_pool();
+            let mut cpu = vec![0f32; rows];
             kestrel_cpu::matmul::matmul(
                 kestrel_cpu::matmul::MatRef {
                     ty,
@@ -102,32 +139,29 @@ fn matvec_matches_the_cpu_for_every_type() {
                 &mut cpu,
                 &pool,
             );
-            let cpu_tol = match ty {
-                GgmlType::F32 => 1e-5,
-                GgmlType::F16 => 1e-3,
-                _ => 1.5e-2,
-            };
-            for r in 0..rows {
-                let w = &deq[r * cols..(r + 1) * cols];
-                let exact: f64 = w.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let mag: f64 = w
-                    .iter()
-                    .zip(&x)
-                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                    .sum();
-                let err = (got[r] as f64 - exact).abs() / mag;
-                if err > 1e-5 {
-                    failures.push(format!(
-                        "{ty} {rows}x{cols} row {r}: gpu {} exact {exact} (err {err:.2e})",
-                        got[r]
-                    ));
-                }
-                let err_cpu = (got[r] as f64 - cpu[r] as f64).abs() / mag;
-                if err_cpu > cpu_tol {
-                    failures.push(format!(
-                        "{ty} {rows}x{cols} row {r}: gpu {} cpu {} (err {err_cpu:.2e})",
-                        got[r], cpu[r]
-                    ));
+            let rb = bytes.len() / rows;
+            let act = kestrel_quant::quantize_activations(ty, &x);
+            let portable = kestrel_quant::portable_kernels(ty);
+            for (tpr, native_dot) in LAYOUTS {
+                let layout = Layout { tpr, native_dot };
+                let got = gpu_matvec_layout(ty, (rows, cols), &bytes, &x, layout);
+                for r in 0..rows {
+                    let w = &deq[r * cols..(r + 1) * cols];
+                    let mag: f64 = w
+                        .iter()
+                        .zip(&x)
+                        .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                        .sum();
+                    let twin = (portable.vec_dot)(cols, &bytes[r * rb..(r + 1) * rb], &act);
+                    for (what, want) in [("portable vec_dot", twin), ("cpu matmul", cpu[r])] {
+                        let err = (got[r] as f64 - want as f64).abs() / mag;
+                        if err > 1e-5 {
+                            failures.push(format!(
+                                "{ty} {rows}x{cols} {layout:?} row {r}: gpu {} {what} {want} (err {err:.2e})",
+                                got[r]
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -138,6 +172,82 @@ fn matvec_matches_the_cpu_for_every_type() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The device rounds activations to Q8_0, Q8_1 and Q8_K bit for bit as the
+/// CPU does: the same quants, the same f16 (or f32) scales and sums.
+#[test]
+fn activation_quantization_is_bit_identical_to_the_cpu() {
+    let g = gpu();
+    let n = 2048;
+    let mut rng = Rng(99);
+    let mut x: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+    // Per-256 scales from subnormal f16 territory to large; an all-zero
+    // block; a block whose largest magnitude is negative; exact ties.
+    let scales = [1.0, 3e-6, 1e-3, 250.0, 0.0, 1.0, 7.5, 1e-5];
+    for (j, v) in x.iter_mut().enumerate() {
+        *v *= scales[j / 256];
+    }
+    x[5 * 256 + 17] = -40.0;
+    for (j, v) in x[6 * 256..6 * 256 + 32].iter_mut().enumerate() {
+        *v = (j as f32 - 16.0) * 0.5;
+    }
+    let xb = g.upload_f32("x", &x).unwrap();
+    for (wt, at) in [
+        (GgmlType::Q8_0, GgmlType::Q8_0),
+        (GgmlType::Q4_1, GgmlType::Q8_1),
+        (GgmlType::Q4_K, GgmlType::Q8_K),
+    ] {
+        let mv = MatVec::new(g, wt, n).unwrap();
+        let aq = mv.activations().expect("a quantized type quantizes x");
+        assert_eq!(aq.ty, at);
+        aq.run(g, &xb, n).unwrap();
+        let q = g.read_u32(&aq.q, n / 4).unwrap();
+        let qbytes: Vec<u8> = q.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let cpu = kestrel_quant::quantize_activations(wt, &x);
+        let mut bad = Vec::new();
+        match at {
+            GgmlType::Q8_K => {
+                let meta = g.read_u32(&aq.meta, (n / 256) * 17).unwrap();
+                // d (f32), 256 quants, 16 i16 sums.
+                for (b, blk) in cpu.chunks_exact(4 + 256 + 32).enumerate() {
+                    if blk[..4] != meta[17 * b].to_le_bytes() {
+                        bad.push(format!("block {b}: d"));
+                    }
+                    if blk[4..260] != qbytes[256 * b..256 * (b + 1)] {
+                        bad.push(format!("block {b}: quants"));
+                    }
+                    for s in 0..16 {
+                        let want = i16::from_le_bytes([blk[260 + 2 * s], blk[261 + 2 * s]]);
+                        if i32::from(want) != meta[17 * b + 1 + s] as i32 {
+                            bad.push(format!("block {b}: sum {s}"));
+                        }
+                    }
+                }
+            }
+            _ => {
+                let words = if at == GgmlType::Q8_1 { 2 } else { 1 };
+                let head = 2 * words;
+                let meta = g.read_f32(&aq.meta, (n / 32) * words).unwrap();
+                for (b, blk) in cpu.chunks_exact(head + 32).enumerate() {
+                    for k in 0..words {
+                        let half = u16::from_le_bytes([blk[2 * k], blk[2 * k + 1]]);
+                        let want = kestrel_quant::f16_to_f32(half);
+                        if want.to_bits() != meta[words * b + k].to_bits() {
+                            bad.push(format!(
+                                "block {b}: scale {k} gpu {} cpu {want}",
+                                meta[words * b + k]
+                            ));
+                        }
+                    }
+                    if blk[head..] != qbytes[32 * b..32 * (b + 1)] {
+                        bad.push(format!("block {b}: quants"));
+                    }
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{at}: {}", bad.join(", "));
+    }
 }
 
 fn rayon_pool() -> rayon::ThreadPool {
@@ -183,18 +293,21 @@ fn matvec_check_notices_a_wrong_layout() {
 #[test]
 fn matvec_covers_more_rows_than_one_grid_row() {
     // Past 32768 workgroups the grid wraps into a second dimension.
+    // One row per workgroup to get there.
     let (rows, cols, ty) = (40_000usize, 32usize, GgmlType::Q8_0);
     let (bytes, deq, x) = case(ty, rows, cols, 5);
-    let got = gpu_matvec(ty, rows, cols, &bytes, &x);
+    let got = gpu_matvec_with(ty, (rows, cols), &bytes, &x, 64);
+    let act = kestrel_quant::quantize_activations(ty, &x);
     for r in [0, 1, 32_767, 32_768, 32_769, 39_999] {
-        let exact: f64 = deq[r * cols..(r + 1) * cols]
+        let want = kestrel_quant::vec_dot(ty, cols, &bytes[34 * r..34 * (r + 1)], &act);
+        let mag: f64 = deq[r * cols..(r + 1) * cols]
             .iter()
             .zip(&x)
-            .map(|(&a, &b)| a as f64 * b as f64)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
             .sum();
         assert!(
-            (got[r] as f64 - exact).abs() < 1e-4,
-            "row {r}: {} vs {exact}",
+            ((got[r] - want) as f64).abs() <= 1e-5 * mag,
+            "row {r}: {} vs {want}",
             got[r]
         );
     }
@@ -213,7 +326,12 @@ fn matvec_refuses_bad_shapes_by_name() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("10 bytes"), "{e}");
-    assert!(MatVec::new(g, GgmlType::Q2_K).is_err());
+    assert!(MatVec::new(g, GgmlType::Q2_K, 256).is_err());
+    let odd = Layout {
+        tpr: 3,
+        native_dot: false,
+    };
+    assert!(MatVec::with_layout(g, GgmlType::Q8_0, 256, odd).is_err());
 }
 
 #[test]
@@ -355,6 +473,13 @@ fn glu_softcap_and_add_match_the_cpu() {
             Glu::Silu => kestrel_cpu::ops::swiglu_portable(&gate, &up, &mut want),
             Glu::Gelu => kestrel_cpu::ops::geglu_portable(&gate, &up, &mut want),
         }
+        let same = (0..n)
+            .filter(|&i| got[i].to_bits() == want[i].to_bits())
+            .count();
+        let worst = (0..n)
+            .map(|i| (got[i] - want[i]).abs() / want[i].abs().max(1e-30))
+            .fold(0f32, f32::max);
+        eprintln!("{act:?}: {same} of {n} bit-identical, worst relative {worst:.2e}");
         for i in 0..n {
             let slack = if act == Glu::Gelu { 1e-5 } else { 1e-30 };
             assert!(
@@ -389,11 +514,12 @@ fn glu_softcap_and_add_match_the_cpu() {
 
 /// Keys and values stored as f16 (round to nearest even, as the CPU's
 /// f32_to_f16_row, bit for bit), then one-query attention for grouped
-/// heads, a sliding window and a long context: within 1e-5 of an f64
-/// softmax attention over the same f16 query, keys and values, and within
-/// 1e-2 of the largest output of the CPU's decode path, which rounds its
-/// running value sums to f16 (ggml's one-query path) where the GPU sums in
-/// f32.
+/// heads, a sliding window and a long context. The GPU follows the CPU's
+/// decode path (f16 query, running value sums rounded to f16), so it is held
+/// to the CPU within 2e-4 of the largest output (exp, which differs from
+/// libm's in the last bit, moves some f16 roundings; the count of
+/// bit-identical outputs is printed), and to an f64 softmax attention over
+/// the same f16 inputs within 5e-3, the f16 accumulation's own error.
 #[test]
 fn kv_store_and_attention_match_the_cpu() {
     use kestrel_cpu::attention::{attend, AttnShape};
@@ -463,6 +589,7 @@ fn kv_store_and_attention_match_the_cpu() {
         } else {
             0
         };
+        let mut same = 0;
         for h in 0..n_head {
             let kvh = h / (n_head / n_head_kv);
             let qh: Vec<f64> = q[h * hd..(h + 1) * hd]
@@ -489,15 +616,20 @@ fn kv_store_and_attention_match_the_cpu() {
                 let (i, a) = (h * hd + d, got[h * hd + d]);
                 let tag = format!("heads {n_head}/{n_head_kv} window {window} pos {pos} [{i}]");
                 assert!(
-                    (a as f64 - exact).abs() <= 1e-5,
+                    (a as f64 - exact).abs() <= 5e-3 * big as f64,
                     "{tag}: gpu {a} exact {exact}"
                 );
                 assert!(
-                    (a - want[i]).abs() <= 1e-2 * big,
+                    (a - want[i]).abs() <= 2e-4 * big,
                     "{tag}: gpu {a} cpu {}",
                     want[i]
                 );
+                same += usize::from(a.to_bits() == want[i].to_bits());
             }
         }
+        let n = n_head * hd;
+        eprintln!(
+            "heads {n_head}/{n_head_kv} pos {pos}: {same} of {n} outputs bit-identical to the CPU"
+        );
     }
 }
