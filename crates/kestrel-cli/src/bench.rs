@@ -10,6 +10,12 @@
 //!
 //! After the model tests it records the peak RSS and then probes the memory
 //! read bandwidth, so the probe's buffer does not inflate the RSS figure.
+//!
+//! `--device gpu` runs the same tests on the GPU model: `ppN` feeds the
+//! prompt one token per step (there is no batched GPU prefill yet) and
+//! waits for the last; `tgN` is the pipelined decode loop, each step's
+//! token chosen greedily on the device and fed to the next step there,
+//! read back one step behind. The bandwidth probe (host memory) is skipped.
 
 mod membw;
 mod report;
@@ -85,6 +91,34 @@ pub struct BenchArgs {
     /// MiB the memory bandwidth probe reads (0 skips the probe).
     #[arg(long = "bw-mib", default_value_t = 1024)]
     bw_mib: u64,
+    /// Where to run the tests: cpu, gpu, or auto (a hardware GPU if any).
+    #[arg(long = "device", value_enum, default_value = "cpu")]
+    device: crate::gpu::Device,
+    /// llama.cpp's `-ngl`: any value above 0 runs on the GPU.
+    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
+    n_gpu_layers: Option<i64>,
+}
+
+/// What runs the tests.
+enum Runner<'e> {
+    Cpu(&'e Engine),
+    Gpu(Box<kestrel_gpu::model::GpuModel>),
+}
+
+impl Runner<'_> {
+    fn prompt(&self, tokens: &[u32]) -> Result<u64> {
+        match self {
+            Runner::Cpu(engine) => Ok(run_prompt(engine, tokens)),
+            Runner::Gpu(model) => gpu_prompt(model, tokens),
+        }
+    }
+
+    fn generation(&self, tokens: &[u32]) -> Result<u64> {
+        match self {
+            Runner::Cpu(engine) => Ok(run_generation(engine, tokens)),
+            Runner::Gpu(model) => gpu_generation(model, tokens),
+        }
+    }
 }
 
 /// One test to run: a prompt of `n_prompt` tokens or `n_gen` decode steps.
@@ -147,10 +181,36 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bail!("the model's vocabulary is empty");
     }
 
-    let results: Vec<TestResult> = tests.iter().map(|t| measure(&engine, *t, &a)).collect();
+    let on_gpu = crate::gpu::choose(a.device, a.n_gpu_layers) == crate::gpu::Device::Gpu;
+    let (runner, backend) = if on_gpu {
+        let gpu = kestrel_gpu::Gpu::new()?;
+        let backend = gpu.adapter.backend.clone();
+        if a.progress {
+            eprintln!("kestrel bench: device {}", gpu.adapter);
+        }
+        let n_ctx = tests
+            .iter()
+            .map(|t| t.n_prompt + t.n_gen)
+            .max()
+            .unwrap_or(1)
+            + 1;
+        let model = kestrel_gpu::model::GpuModel::load(
+            gpu,
+            engine.file.clone(),
+            engine.model.spec.clone(),
+            n_ctx,
+        )?;
+        (Runner::Gpu(Box::new(model)), backend)
+    } else {
+        (Runner::Cpu(&engine), "CPU".to_string())
+    };
+    let results = tests
+        .iter()
+        .map(|t| measure(&engine, &runner, *t, &a))
+        .collect::<Result<Vec<TestResult>>>()?;
 
     let peak_rss = membw::peak_rss_bytes();
-    let bandwidth = if a.bw_mib > 0 {
+    let bandwidth = if a.bw_mib > 0 && !on_gpu {
         if a.progress {
             eprintln!("kestrel bench: memory bandwidth probe ({} MiB)", a.bw_mib);
         }
@@ -165,6 +225,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
 
     let report = Report {
         model: model_info(&a.model, &engine.file),
+        backend,
         threads: engine.model.threads(),
         tests: results,
         bandwidth,
@@ -180,7 +241,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
 }
 
 /// Runs one test: the warm-up, then the timed repetitions.
-fn measure(engine: &Engine, spec: TestSpec, a: &BenchArgs) -> TestResult {
+fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> Result<TestResult> {
     let len = spec.n_prompt + spec.n_gen;
     let lead = engine
         .tokenizer
@@ -199,14 +260,14 @@ fn measure(engine: &Engine, spec: TestSpec, a: &BenchArgs) -> TestResult {
         } else {
             &tokens[..1]
         };
-        run_prompt(engine, warm);
+        runner.prompt(warm)?;
     }
     let mut samples_ns = Vec::with_capacity(a.repetitions);
     for rep in 0..a.repetitions {
         let ns = if spec.n_prompt > 0 {
-            run_prompt(engine, &tokens)
+            runner.prompt(&tokens)?
         } else {
-            run_generation(engine, &tokens)
+            runner.generation(&tokens)?
         };
         if a.progress {
             eprintln!(
@@ -218,11 +279,11 @@ fn measure(engine: &Engine, spec: TestSpec, a: &BenchArgs) -> TestResult {
         }
         samples_ns.push(ns);
     }
-    TestResult {
+    Ok(TestResult {
         n_prompt: spec.n_prompt,
         n_gen: spec.n_gen,
         samples_ns,
-    }
+    })
 }
 
 /// The model columns, counted over the file's tensors as llama.cpp counts them.
@@ -281,6 +342,46 @@ fn run_generation(engine: &Engine, tokens: &[u32]) -> u64 {
     }
     let ns = t0.elapsed().as_nanos();
     u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// Greedy selection with nothing applied before the maximum.
+fn plain_greedy() -> kestrel_gpu::sample::GreedyParams {
+    kestrel_gpu::sample::GreedyParams {
+        repeat_penalty: 1.0,
+        ..Default::default()
+    }
+}
+
+/// The prompt through the GPU model one token per step from a fresh
+/// sequence; the clock stops when the last step's token is back.
+fn gpu_prompt(model: &kestrel_gpu::model::GpuModel, tokens: &[u32]) -> Result<u64> {
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, tokens)?;
+    let t0 = Instant::now();
+    for pos in 0..tokens.len() - 1 {
+        model.step(&seq, pos, None)?;
+    }
+    let last = model.step_async(&seq, tokens.len() - 1, &plain_greedy())?;
+    std::hint::black_box(last.wait(&model.gpu)?);
+    Ok(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// `tokens.len()` pipelined decode steps from the first token: each step's
+/// greedy pick (made on the device) is the next step's input; step N+1 is
+/// submitted before step N's token is read.
+fn gpu_generation(model: &kestrel_gpu::model::GpuModel, tokens: &[u32]) -> Result<u64> {
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, &tokens[..1])?;
+    let greedy = plain_greedy();
+    let t0 = Instant::now();
+    let mut pending = model.step_async(&seq, 0, &greedy)?;
+    for pos in 1..tokens.len() {
+        let next = model.step_async(&seq, pos, &greedy)?;
+        std::hint::black_box(pending.wait(&model.gpu)?);
+        pending = next;
+    }
+    std::hint::black_box(pending.wait(&model.gpu)?);
+    Ok(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

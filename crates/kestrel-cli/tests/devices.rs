@@ -52,3 +52,38 @@ fn run_on_the_gpu_refuses_sampling_it_cannot_do_yet() {
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
 }
+
+/// `bench --device gpu` (and llama-bench's `-ngl`) runs the prompt and
+/// generation tests on the GPU model and says so in the backend column.
+#[test]
+fn bench_runs_on_the_gpu() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    for device in [&["--device", "gpu"][..], &["-ngl", "99"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(["bench", "-m"])
+            .arg(&model)
+            .args(["-p", "4", "-n", "3", "-r", "1", "-o", "json"])
+            .args(device)
+            .output()
+            .expect("kestrel runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{device:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json");
+        let tests: Vec<&str> = rows.iter().filter_map(|r| r["test"].as_str()).collect();
+        assert_eq!(tests, ["pp4", "tg3"], "{text}");
+        for r in &rows {
+            let backend = r["backends"].as_str().unwrap_or_default();
+            assert!(
+                ["Vulkan", "Metal", "Dx12"].contains(&backend),
+                "{device:?}: backend {backend}"
+            );
+            assert!(r["avg_ts"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        }
+    }
+}

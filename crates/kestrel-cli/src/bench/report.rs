@@ -71,6 +71,8 @@ pub fn test_name(n_prompt: usize, n_gen: usize) -> String {
 #[derive(Clone, Debug)]
 pub struct Report {
     pub model: ModelInfo,
+    /// llama-bench's backend column: `CPU`, or the GPU API (`Vulkan`, ...).
+    pub backend: String,
     pub threads: usize,
     pub tests: Vec<TestResult>,
     pub bandwidth: Option<Bandwidth>,
@@ -110,7 +112,7 @@ impl Report {
             ("model_type", Str(self.model.desc.clone())),
             ("model_size", Int(self.model.size_bytes)),
             ("model_n_params", Int(self.model.n_params)),
-            ("backends", Str("CPU".into())),
+            ("backends", Str(self.backend.clone())),
             ("n_threads", Int(self.threads as u64)),
             ("n_prompt", Int(t.n_prompt as u64)),
             ("n_gen", Int(t.n_gen as u64)),
@@ -180,7 +182,7 @@ impl Report {
                     self.model.desc.clone(),
                     format_size(self.model.size_bytes),
                     format_params(self.model.n_params),
-                    "CPU".to_string(),
+                    self.backend.clone(),
                     self.threads.to_string(),
                     t.name(),
                     format!("{:.2} ± {:.2}", t.avg_ts(), t.stddev_ts()),
@@ -228,7 +230,12 @@ impl Report {
                 b.threads,
                 b.runs
             )),
-            None => out.push_str("memory read bandwidth: not measured (--bw-mib 0)\n"),
+            None if self.backend == "CPU" => {
+                out.push_str("memory read bandwidth: not measured (--bw-mib 0)\n")
+            }
+            None => out.push_str(
+                "memory read bandwidth: not measured (host memory; the tests ran on the GPU)\n",
+            ),
         }
         for t in self.tests.iter().filter(|t| t.is_decode()) {
             let gbs = self.decode_gb_per_s(t).unwrap_or(0.0);
@@ -448,6 +455,7 @@ mod tests {
                 n_params: 134_515_008,
                 decode_bytes: 1_000_000_000,
             },
+            backend: "CPU".into(),
             threads: 2,
             tests: vec![
                 TestResult {
