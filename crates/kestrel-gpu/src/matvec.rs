@@ -90,7 +90,7 @@ fn meta_words(act: GgmlType) -> usize {
 
 /// x rounded to an 8-bit activation format on the device: `q` holds the
 /// quants, four to a word in value order; `meta` the per-block scales
-/// ([`meta_words`] per block of 32 values, or of 256 for Q8_K).
+/// (1, 2 or 17 words per block of 32 values, or of 256 for Q8_K).
 pub struct ActQuant {
     pipeline: wgpu::ComputePipeline,
     pub ty: GgmlType,
@@ -241,7 +241,7 @@ impl MatVec {
         self.act.as_ref()
     }
 
-    /// y[r] = dot(row r of `m`, x) for every row: `x` holds `m.cols` f32
+    /// `y[r] = dot(row r of m, x)` for every row: `x` holds `m.cols` f32
     /// values, `y` room for `m.rows`.
     pub fn run(
         &self,
