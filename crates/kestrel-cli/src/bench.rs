@@ -345,9 +345,9 @@ fn run_generation(engine: &Engine, tokens: &[u32]) -> u64 {
 }
 
 /// Greedy selection with nothing applied before the maximum.
-fn plain_greedy() -> kestrel_gpu::sample::GreedyParams {
-    kestrel_gpu::sample::GreedyParams {
-        repeat_penalty: 1.0,
+fn plain_greedy() -> kestrel_gpu::sample::SampleParams {
+    kestrel_gpu::sample::SampleParams {
+        temperature: 0.0,
         ..Default::default()
     }
 }

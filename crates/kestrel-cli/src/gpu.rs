@@ -1,14 +1,15 @@
 //! `run --device gpu`: the prompt goes through the GPU model one token per
-//! step, then each step's token is chosen greedily on the device and read
-//! back one step behind, for printing. What the GPU path does not do yet (sampling with a
-//! temperature, stop strings, logprobs) is refused with a message.
+//! step, then each step's token is chosen on the device (the CPU sampler's
+//! whole chain, seeded the same way) and read back one step behind, for
+//! printing. What the GPU path does not do yet (stop strings, logprobs) is
+//! refused with a message.
 
 use std::io::Write;
 
 use anyhow::{bail, Result};
 use kestrel_engine::{Engine, GenerateParams};
 use kestrel_gpu::model::GpuModel;
-use kestrel_gpu::sample::GreedyParams;
+use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
 use kestrel_tokenizer::StreamDecoder;
 
@@ -42,9 +43,6 @@ pub fn choose(device: Device, n_gpu_layers: Option<i64>) -> Device {
 
 pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<()> {
     let sp = &params.sampler;
-    if sp.temperature > 0.0 {
-        bail!("--device gpu selects greedily only so far: pass --temp 0 (or use --device cpu)");
-    }
     if !params.stop.is_empty() || params.n_probs > 0 {
         bail!("--device gpu does not do stop strings (-r) or --n-probs yet; use --device cpu");
     }
@@ -73,14 +71,19 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
                 .map(|&id| (id, f32::NEG_INFINITY)),
         );
     }
-    let greedy = GreedyParams {
-        logit_bias,
-        repeat_last_n: usize::try_from(sp.repeat_last_n).unwrap_or(params.n_ctx),
+    let sample = SampleParams {
+        temperature: sp.temperature,
+        top_k: sp.top_k,
+        top_p: sp.top_p,
+        min_p: sp.min_p,
         repeat_penalty: sp.repeat_penalty,
+        repeat_last_n: sp.repeat_last_n,
         frequency_penalty: sp.frequency_penalty,
         presence_penalty: sp.presence_penalty,
+        logit_bias,
     };
     let seq = model.new_seq();
+    model.set_rng(&seq, kestrel_sampling::XorShift::new(sp.seed).state());
     model.write_tokens(&seq, 0, tokens)?;
     let t0 = std::time::Instant::now();
     for pos in 0..tokens.len() - 1 {
@@ -95,10 +98,10 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
     // submitted after the last token is simply not read.
     let mut pos = tokens.len() - 1;
     let mut generated = 0i64;
-    let mut pending = model.step_async(&seq, pos, &greedy)?;
+    let mut pending = model.step_async(&seq, pos, &sample)?;
     while params.n_predict < 0 || generated < params.n_predict {
         let next = (pos + 2 < params.n_ctx)
-            .then(|| model.step_async(&seq, pos + 1, &greedy))
+            .then(|| model.step_async(&seq, pos + 1, &sample))
             .transpose()?;
         let token = pending.wait(&model.gpu)?;
         if !params.ignore_eos && engine.tokenizer.is_eog(token) {

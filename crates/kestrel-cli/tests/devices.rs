@@ -29,12 +29,12 @@ fn devices_lists_an_adapter() {
 
 /// What the GPU path does not do yet is refused by name, not ignored.
 #[test]
-fn run_on_the_gpu_refuses_sampling_it_cannot_do_yet() {
+fn run_on_the_gpu_refuses_what_it_cannot_do_yet() {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.exists(), "run scripts/fetch-models.sh");
     for (extra, needle) in [
-        (&["--device", "gpu", "--temp", "0.8"][..], "--temp 0"),
+        (&["--device", "gpu", "--n-probs", "3"][..], "--n-probs"),
         (
             &["-ngl", "99", "--temp", "0", "-r", "x"][..],
             "stop strings",
@@ -86,4 +86,44 @@ fn bench_runs_on_the_gpu() {
             assert!(r["avg_ts"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         }
     }
+}
+
+/// `run --device gpu` samples on the device with a temperature: a seed
+/// gives the same text twice, and the text is not the greedy one.
+#[test]
+fn run_on_the_gpu_samples_reproducibly_by_seed() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(["run", "-m"])
+            .arg(&model)
+            .args([
+                "-p",
+                "Once upon a time",
+                "--raw",
+                "-n",
+                "8",
+                "--device",
+                "gpu",
+            ])
+            .args(extra)
+            .output()
+            .expect("kestrel runs");
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let hot = [
+        "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+    ];
+    let a = run(&[&hot[..], &["-s", "11"]].concat());
+    let b = run(&[&hot[..], &["-s", "11"]].concat());
+    let greedy = run(&["--temp", "0"]);
+    assert_eq!(a, b, "same seed, same text");
+    assert_ne!(a, greedy, "a temperature of 1.5 over the whole vocabulary");
 }

@@ -18,11 +18,11 @@
 //! spread (`examples/logitdiff.rs` measures it).
 //!
 //! [`model`] runs a whole model one token per step: the forward pass and
-//! greedy selection recorded into one submission, read back one step
-//! behind.
+//! token selection (the CPU sampler's whole chain, drawing its tokens bit
+//! for bit from the same logits and seed) recorded into one submission,
+//! read back one step behind.
 //!
-//! Not yet: sampling beyond greedy in the model (top-k/p, min-p,
-//! temperature, the xorshift draw), batched prefill and decode.
+//! Not yet: batched prefill and decode of several sequences.
 
 pub mod attention;
 pub mod embed;

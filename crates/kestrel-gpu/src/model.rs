@@ -28,7 +28,7 @@ use crate::embed::Embed;
 use crate::matvec::{GpuMatrix, MatVec};
 use crate::norm::RmsNorm;
 use crate::ops::{Glu, Ops};
-use crate::sample::{GreedyParams, GreedySampler};
+use crate::sample::{SampleParams, Sampler};
 use crate::{Gpu, GpuError};
 
 struct Layer {
@@ -76,9 +76,12 @@ impl PendingToken {
     }
 }
 
-/// A sequence's state on the device: its token history and KV cache.
+/// A sequence's state on the device: its token history, KV cache and
+/// sampler generator state.
 pub struct GpuSeq {
     pub history: wgpu::Buffer,
+    /// The xorshift state the sampler draws from and advances.
+    pub rng: wgpu::Buffer,
     kc: Vec<wgpu::Buffer>,
     vc: Vec<wgpu::Buffer>,
     n_ctx: usize,
@@ -100,7 +103,8 @@ pub struct GpuModel {
     norm: RmsNorm,
     ops: Ops,
     attention: Attention,
-    sampler: GreedySampler,
+    /// Behind a lock: the sampler grows its scratch on first use.
+    sampler: std::sync::Mutex<Sampler>,
     s: Scratch,
 }
 
@@ -283,7 +287,7 @@ impl GpuModel {
             norm: RmsNorm::new(&gpu),
             ops: Ops::new(&gpu),
             attention: Attention::new(&gpu),
-            sampler: GreedySampler::new(&gpu),
+            sampler: std::sync::Mutex::new(Sampler::new(&gpu)),
             tok_embd,
             output,
             output_norm: vector(&gpu, f, "output_norm.weight", e)?,
@@ -308,10 +312,19 @@ impl GpuModel {
         };
         GpuSeq {
             history: self.gpu.scratch_f32("history", self.n_ctx + 1),
+            rng: self.gpu.scratch_f32("sampler state", 4),
             kc: cache(hp.n_head_kv * hp.head_dim_k, "k cache"),
             vc: cache(hp.n_head_kv * hp.head_dim_v, "v cache"),
             n_ctx: self.n_ctx,
         }
+    }
+
+    /// Sets the sequence's generator state (`kestrel_sampling::XorShift::
+    /// state` of the seed); sampling with a temperature draws from it.
+    pub fn set_rng(&self, seq: &GpuSeq, state: [u32; 4]) {
+        self.gpu
+            .queue
+            .write_buffer(&seq.rng, 0, bytemuck::cast_slice(&state));
     }
 
     /// Puts `tokens` into the history from position `at`.
@@ -344,14 +357,15 @@ impl GpuModel {
     }
 
     /// Runs the token at `history[pos]` through the model; with `sample`,
-    /// computes the logits and writes the greedy choice (after `params`'
-    /// bias and penalties) into `history[pos + 1]`. The whole step is one
+    /// computes the logits and writes the token the sampler chooses (the
+    /// whole chain of `kestrel_sampling`, drawing from the sequence's
+    /// generator) into `history[pos + 1]`. The whole step is one
     /// submission; this does not wait for it.
     pub fn step(
         &self,
         seq: &GpuSeq,
         pos: usize,
-        sample: Option<&GreedyParams>,
+        sample: Option<&SampleParams>,
     ) -> Result<(), GpuError> {
         self.gpu.begin_step();
         let r = self.record_step(seq, pos, sample);
@@ -359,7 +373,7 @@ impl GpuModel {
         r
     }
 
-    /// [`GpuModel::step`] with greedy selection that also copies the chosen
+    /// [`GpuModel::step`] with token selection that also copies the chosen
     /// token (4 bytes) to a buffer of its own, in the same submission: the
     /// host reads it with [`PendingToken::wait`] after submitting the next
     /// step, whose embedding lookup reads the token on the device.
@@ -367,7 +381,7 @@ impl GpuModel {
         &self,
         seq: &GpuSeq,
         pos: usize,
-        params: &GreedyParams,
+        params: &SampleParams,
     ) -> Result<PendingToken, GpuError> {
         let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("token"),
@@ -389,7 +403,7 @@ impl GpuModel {
         &self,
         seq: &GpuSeq,
         pos: usize,
-        sample: Option<&GreedyParams>,
+        sample: Option<&SampleParams>,
     ) -> Result<(), GpuError> {
         if pos >= seq.n_ctx {
             return Err(GpuError::Shape(format!(
@@ -501,8 +515,13 @@ impl GpuModel {
             self.ops
                 .softcap(g, &s.logits, hp.n_vocab, hp.final_logit_softcap)?;
         }
-        self.sampler
-            .run(g, (&s.logits, &seq.history), hp.n_vocab, pos + 1, params)
+        self.sampler.lock().unwrap_or_else(|e| e.into_inner()).run(
+            g,
+            (&s.logits, &seq.history, &seq.rng),
+            hp.n_vocab,
+            pos + 1,
+            params,
+        )
     }
 
     /// RMSNorm of each head of `v` in place (via the `attn` scratch).

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use kestrel_cpu::{CpuModel, Logits};
 use kestrel_gguf::{GgmlType, GgufFile};
 use kestrel_gpu::model::GpuModel;
-use kestrel_gpu::sample::GreedyParams;
+use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
 use kestrel_model::ModelSpec;
 
@@ -46,9 +46,9 @@ fn gpu_forward_matches_the_cpu_on_tiny_models() {
             let want = cpu.forward(&prompt, 0, &mut cache, Logits::All);
             let seq = gpu.new_seq();
             gpu.write_tokens(&seq, 0, &prompt).unwrap();
-            let greedy = GreedyParams {
-                repeat_penalty: 1.0,
-                ..GreedyParams::default()
+            let greedy = SampleParams {
+                temperature: 0.0,
+                ..SampleParams::default()
             };
             for pos in 0..prompt.len() {
                 gpu.step(&seq, pos, Some(&greedy)).unwrap();
@@ -110,9 +110,9 @@ fn decode_steps_are_one_submission_and_read_back_one_step_behind() {
     let model = GpuModel::load(Gpu::new().expect("gpu"), file, spec, 64).expect("gpu load");
     let g = &model.gpu;
     let prompt = common::prompt(6, nv, 3);
-    let greedy = GreedyParams {
-        repeat_penalty: 1.0,
-        ..GreedyParams::default()
+    let greedy = SampleParams {
+        temperature: 0.0,
+        ..SampleParams::default()
     };
     let n = 12;
 
@@ -159,4 +159,61 @@ fn decode_steps_are_one_submission_and_read_back_one_step_behind() {
     }
     assert_eq!(piped, plain);
     assert!(piped.windows(2).any(|w| w[0] != w[1]), "{piped:?}");
+}
+
+/// Sampling with a temperature on the device, inside the step: at every
+/// step the token the GPU writes into the history is the one the CPU
+/// sampler draws from the GPU's own logits with the same parameters,
+/// history and generator (advanced once per step on both sides).
+#[test]
+fn sampled_decode_draws_the_cpu_samplers_tokens() {
+    use kestrel_sampling::{Sampler, SamplerParams, XorShift};
+    let bytes = common::tiny_model("llama", GgmlType::Q8_0, 13);
+    let file = Arc::new(GgufFile::from_bytes(bytes).expect("tiny model"));
+    let spec = ModelSpec::from_gguf(&file).expect("spec");
+    let nv = spec.hparams.n_vocab;
+    let model = GpuModel::load(Gpu::new().expect("gpu"), file, spec, 48).expect("gpu load");
+    let prompt = common::prompt(5, nv, 9);
+    for (seed, top_k, top_p, min_p, penalty) in [
+        (7u64, 40, 0.95f32, 0.05f32, 1.0f32),
+        (99, 0, 1.0, 0.0, 1.3),
+        (12345, 5, 0.8, 0.0, 1.0),
+    ] {
+        let gp = SampleParams {
+            temperature: 1.5,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty: penalty,
+            ..SampleParams::default()
+        };
+        let mut cpu = Sampler::new(SamplerParams {
+            temperature: 1.5,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty: penalty,
+            seed,
+            ..SamplerParams::default()
+        });
+        let seq = model.new_seq();
+        model.set_rng(&seq, XorShift::new(seed).state());
+        model.write_tokens(&seq, 0, &prompt).unwrap();
+        for pos in 0..prompt.len() - 1 {
+            model.step(&seq, pos, None).unwrap();
+        }
+        let mut history = prompt.clone();
+        let mut distinct = std::collections::HashSet::new();
+        for pos in prompt.len() - 1..prompt.len() + 20 {
+            model.step(&seq, pos, Some(&gp)).unwrap();
+            let logits = model.read_logits().unwrap();
+            let got = model.read_token(&seq, pos + 1).unwrap();
+            let want = cpu.sample_with_history(&logits, &history);
+            assert_eq!(got, want, "seed {seed} position {pos}");
+            history.push(got);
+            distinct.insert(got);
+        }
+        // A temperature of 1.5 over a random model: the draws vary.
+        assert!(distinct.len() > 3, "seed {seed}: {distinct:?}");
+    }
 }

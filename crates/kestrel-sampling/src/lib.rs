@@ -29,15 +29,24 @@
 //! 6. **Top-k** (`top_k > 0`): keep the first `top_k` candidates.
 //! 7. **Top-p** (`top_p < 1`): softmax (temperature 1) over the remaining candidates, then keep
 //!    the shortest prefix whose cumulative probability is `>= top_p`, and at least one token.
-//!    `top_p <= 0` therefore keeps exactly one token.
+//!    `top_p <= 0` therefore keeps exactly one token. In `f32`: with the weights `w_i` of step 9
+//!    at temperature 1, the first `i` with `w_0 + ... + w_i >= top_p * sum(w)` ends the prefix
+//!    (sums in order, blockwise as in step 10).
 //! 8. **Min-p** (`min_p > 0`): keep the candidates whose logit is `>= max_logit + ln(min_p)`,
 //!    i.e. whose probability is at least `min_p` times the most likely one's; at least one.
 //! 9. **Temperature**: weights `w_i = exp((logit_i - max_logit) / temperature)` over the
-//!    survivors (a softmax, up to the normalising sum).
+//!    survivors (a softmax, up to the normalising sum). In `f32`: [`weight`]`(logit_i, max_logit,
+//!    `[`inverse_temperature`]`(temperature))`, i.e. the difference times a reciprocal computed
+//!    once, through [`exp_kestrel`] (integer fixed point), and 0 below `exp(-87)`. The float
+//!    steps are each one correctly rounded operation and the exp is integer arithmetic, so the
+//!    GPU sampler reproduces the bits.
 //! 10. **Draw**: exactly one uniform `u` in `[0, 1)` from the generator ([`XorShift::next_f32`]),
 //!     then inverse CDF over the candidates in the sorted order of step 5: the first candidate
-//!     `i` with `u * sum(w) < w_0 + ... + w_i` (all in `f32`, summed in that order); if rounding
-//!     leaves none, the last candidate.
+//!     `i` with `u * sum(w) < w_0 + ... + w_i` (all in `f32`, summed in that order, in blocks of
+//!     [`SUM_BLOCK`]: each block from 0, the block totals in order, a partial sum being the
+//!     totals of the blocks before plus the partial sum within its block, so that a GPU can sum
+//!     the blocks in parallel; pools of at most 256 sum plainly in order); if rounding leaves
+//!     none, the last candidate.
 //!
 //! The filters see untempered logits, as in llama.cpp's default chain (top-k, top-p and min-p
 //! run before its temperature sampler); top-p renormalises over what top-k left, as llama.cpp
@@ -204,7 +213,7 @@ pub fn distribution_with_history(
     }
     let candidates = filtered_candidates(params, &adjusted);
     let weights = tempered_weights(&candidates, params.temperature);
-    let total: f32 = weights.iter().sum();
+    let total = blocked_sum(&weights);
     candidates
         .iter()
         .zip(&weights)
@@ -531,16 +540,10 @@ fn filtered_candidates(params: &SamplerParams, logits: &[f32]) -> Vec<Candidate>
     // Top-p over the (renormalised) survivors of top-k.
     if params.top_p < 1.0 && cands.len() > 1 {
         let weights = tempered_weights(&cands, 1.0);
-        let total: f32 = weights.iter().sum();
-        let mut cumulative = 0.0f32;
-        let mut keep = cands.len();
-        for (i, w) in weights.iter().enumerate() {
-            cumulative += w / total;
-            if cumulative >= params.top_p {
-                keep = i + 1;
-                break;
-            }
-        }
+        // Cumulative weight against top_p * total rather than summed quotients: no division,
+        // which a GPU does not round correctly.
+        let bound = params.top_p * blocked_sum(&weights);
+        let keep = first_cumulative(&weights, |c| c >= bound).map_or(cands.len(), |i| i + 1);
         cands.truncate(keep);
     }
 
@@ -556,31 +559,173 @@ fn filtered_candidates(params: &SamplerParams, logits: &[f32]) -> Vec<Candidate>
     cands
 }
 
-/// `exp((l_i - l_max) / temperature)` for candidates sorted most likely first.
+/// [`weight`] of each candidate (sorted most likely first) against the first one.
 fn tempered_weights(cands: &[Candidate], temperature: f32) -> Vec<f32> {
     let Some(first) = cands.first() else {
         return Vec::new();
     };
     let max = first.logit;
-    cands
-        .iter()
-        .map(|c| ((c.logit - max) / temperature).exp())
-        .collect()
+    let inv_t = inverse_temperature(temperature);
+    cands.iter().map(|c| weight(c.logit, max, inv_t)).collect()
 }
+
+/// `1 / temperature` in `f32`, the factor the weights multiply by (a GPU kernel receives these
+/// bits rather than dividing, as its division need not be correctly rounded). An infinite
+/// reciprocal (temperature below about 3e-39) is clamped to `f32::MAX`, and a subnormal one
+/// (temperature above about 8.5e37) is flushed to 0, since GPUs may flush subnormals.
+pub fn inverse_temperature(temperature: f32) -> f32 {
+    let inv = 1.0 / temperature;
+    if inv == f32::INFINITY {
+        f32::MAX
+    } else if inv < f32::MIN_POSITIVE {
+        0.0
+    } else {
+        inv
+    }
+}
+
+/// Arguments below this have weight 0: `exp(-87)` is still a normal `f32`, so no weight is ever
+/// subnormal (which a GPU may flush to zero).
+const WEIGHT_MIN_ARG: f32 = -87.0;
+
+/// The unnormalised weight of a candidate with logit `logit` when the most likely one has `max`:
+/// `exp_kestrel((logit - max) * inv_t)`, or 0 where the difference overflows to `-inf` or the
+/// argument is below -87. The float steps are single correctly rounded operations and the exp is
+/// integer arithmetic, so a GPU kernel gets the same bits.
+pub fn weight(logit: f32, max: f32, inv_t: f32) -> f32 {
+    let d = logit - max;
+    if d == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    let x = d * inv_t;
+    if x < WEIGHT_MIN_ARG {
+        return 0.0;
+    }
+    exp_kestrel(x)
+}
+
+/// `exp(x)` for `x` in `[-87, 0]`, within about half an ulp, computed in integer fixed point so
+/// that a GPU kernel (WGSL, 32-bit integers only) gets the same bits: float `exp` is not
+/// correctly rounded on either side, and WGSL's `fma` need not be fused (lavapipe's is not).
+///
+/// `a = |x|` truncated to 32 fractional bits; `t = a log2(e)` (32.32, the constant to 64 bits,
+/// three truncated partial products); `n = floor(t)`, `f = frac(t)`; `2^-f = 2^(-j/16) 2^-r`
+/// with `j` the top 4 bits of `f`, [`EXP_TABLE`] for the first factor and for the second
+/// `e^-y`, `y = r ln 2 < 0.0434`, by its Taylor polynomial of degree 5 in Horner form (Q1.31,
+/// products truncated); the result `2^-f 2^-n`, rounded to 24 bits half up. `|x| < 2^-32`
+/// gives 1.
+pub fn exp_kestrel(x: f32) -> f32 {
+    let bits = x.to_bits() & 0x7fff_ffff;
+    let e = (bits >> 23) as i32;
+    if e < 127 - 32 {
+        return 1.0;
+    }
+    let m = u64::from((bits & 0x7f_ffff) | 0x80_0000);
+    // |x| = m 2^(e - 150); in units of 2^-32 (at most 2^39 for |x| <= 87).
+    let sh = e - 150 + 32;
+    let a = if sh >= 0 { m << sh } else { m >> -sh };
+    let (a1, a0) = (a >> 32, a & 0xffff_ffff);
+    let t = a
+        + a1 * EXP_LOG2E_FRAC[0]
+        + ((a0 * EXP_LOG2E_FRAC[0]) >> 32)
+        + ((a1 * EXP_LOG2E_FRAC[1]) >> 32);
+    let n = (t >> 32) as i32;
+    let f = t as u32;
+    let j = (f >> 28) as usize;
+    let r = u64::from(f & 0x0fff_ffff);
+    // y in Q1.31: r 2^-32 ln 2.
+    let y = ((r * EXP_LN2_Q31) >> 32) as u32;
+    let mul31 = |a: u32, b: u32| ((u64::from(a) * u64::from(b)) >> 31) as u32;
+    const ONE: u32 = 1 << 31;
+    let mut q = ONE - y / 5;
+    for k in [4, 3, 2, 1] {
+        q = ONE - mul31(y, q) / k;
+    }
+    let g = mul31(EXP_TABLE[j], q);
+    // g 2^-31 2^-n to 24 bits, half up.
+    let lead = 31 - g.leading_zeros() as i32;
+    let s = lead - 23;
+    let mut mant = (g + (1 << (s - 1))) >> s;
+    let mut biased = lead + 96 - n;
+    if mant >> 24 != 0 {
+        mant >>= 1;
+        biased += 1;
+    }
+    f32::from_bits(((biased.max(1) as u32) << 23) | (mant & 0x7f_ffff))
+}
+
+/// The fraction of `log2(e)` to 64 bits (high word, low word), truncated.
+pub const EXP_LOG2E_FRAC: [u64; 2] = [0x7154_7652, 0xB82F_E177];
+/// `ln(2) 2^31`, rounded.
+pub const EXP_LN2_Q31: u64 = 0x58B9_0BFC;
+/// `2^(-j/16) 2^31`, rounded, for `j` in `0..16`.
+pub const EXP_TABLE: [u32; 16] = [
+    0x8000_0000,
+    0x7A92_BE8B,
+    0x7560_6374,
+    0x7066_6F76,
+    0x6BA2_7E65,
+    0x6712_460B,
+    0x62B3_9509,
+    0x5E84_51D0,
+    0x5A82_799A,
+    0x56AC_1F75,
+    0x52FF_6B55,
+    0x4F7A_9930,
+    0x4C1B_F829,
+    0x48E1_E9BA,
+    0x45CA_E0F2,
+    0x42D5_61B4,
+];
 
 /// Steps 9–10: inverse CDF with the uniform `u`.
 fn draw(cands: &[Candidate], temperature: f32, u: f32) -> u32 {
     let weights = tempered_weights(cands, temperature);
-    let total: f32 = weights.iter().sum();
-    let target = u * total;
-    let mut cumulative = 0.0f32;
-    for (c, w) in cands.iter().zip(&weights) {
-        cumulative += w;
-        if target < cumulative {
-            return c.id;
-        }
+    let target = u * blocked_sum(&weights);
+    match first_cumulative(&weights, |c| target < c) {
+        Some(i) => cands[i].id,
+        None => cands.last().map_or(0, |c| c.id),
     }
-    cands.last().map_or(0, |c| c.id)
+}
+
+/// Weights are summed in blocks of this many (in draw order): each block in order from 0, then
+/// the block totals in order. A GPU sums the blocks in parallel and the totals on one thread
+/// with the same bits; pools of at most one block sum plainly in order.
+pub const SUM_BLOCK: usize = 256;
+
+/// The total of `weights` as the chain defines it ([`SUM_BLOCK`]).
+fn blocked_sum(weights: &[f32]) -> f32 {
+    weights
+        .chunks(SUM_BLOCK)
+        .fold(0.0f32, |before, block| before + block_total(block))
+}
+
+fn block_total(block: &[f32]) -> f32 {
+    block.iter().fold(0.0f32, |s, w| s + w)
+}
+
+/// The first `i` whose cumulative weight `P_i` satisfies `hit` (monotone in `P`), if any.
+/// `P_i = B + (w_k + ... + w_i)`: `B` the sum of the totals of the blocks before `i`'s, the
+/// parenthesis summed in order from the block's start `k`; `P` never decreases and ends at
+/// [`blocked_sum`].
+fn first_cumulative(weights: &[f32], hit: impl Fn(f32) -> bool) -> Option<usize> {
+    let mut before = 0.0f32;
+    for (b, block) in weights.chunks(SUM_BLOCK).enumerate() {
+        let end = before + block_total(block);
+        if hit(end) {
+            let mut s = 0.0f32;
+            for (j, w) in block.iter().enumerate() {
+                s += w;
+                if hit(before + s) {
+                    return Some(b * SUM_BLOCK + j);
+                }
+            }
+            // The last P of the block is `end` itself.
+            return Some(b * SUM_BLOCK + block.len() - 1);
+        }
+        before = end;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -613,6 +758,38 @@ mod tests {
         // u just below 1 lands in the last bucket.
         assert_eq!(draw(&cands, 1.0, unit_f32(u32::MAX)), 2);
         assert_eq!(draw(&[], 1.0, 0.5), 0);
+    }
+
+    #[test]
+    fn exp_kestrel_is_accurate_and_exact_at_zero() {
+        assert_eq!(exp_kestrel(0.0), 1.0);
+        assert_eq!(exp_kestrel(-0.0), 1.0);
+        let mut worst = 0.0f64;
+        let mut x = WEIGHT_MIN_ARG;
+        while x <= 0.0 {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_kestrel(x));
+            assert!(got.is_normal(), "exp({x}) = {got}");
+            // Relative error in units of 2^-24 (correct rounding stays below 1).
+            worst = worst.max(((got - want) / want).abs() * 16_777_216.0);
+            x += 0.000_731;
+        }
+        assert!(worst < 1.1, "worst relative error {worst} * 2^-24");
+    }
+
+    #[test]
+    fn weights_at_the_edges() {
+        assert_eq!(weight(3.0, 3.0, 1.0), 1.0);
+        assert_eq!(weight(-f32::MAX, f32::MAX, 1.0), 0.0);
+        assert_eq!(weight(-f32::MAX, f32::MAX, 0.0), 0.0);
+        assert_eq!(weight(-1.0, 0.0, f32::MAX), 0.0);
+        assert_eq!(weight(-100.0, 0.0, 0.5), exp_kestrel(-50.0));
+        assert_eq!(weight(-88.0, 0.0, 1.0), 0.0);
+        assert!(weight(-87.0, 0.0, 1.0) > 0.0);
+        assert_eq!(inverse_temperature(0.5), 2.0);
+        assert_eq!(inverse_temperature(1e-40), f32::MAX);
+        assert_eq!(inverse_temperature(f32::INFINITY), 0.0);
+        assert_eq!(inverse_temperature(1e38), 0.0);
     }
 
     #[test]
