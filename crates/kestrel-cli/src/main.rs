@@ -246,9 +246,12 @@ fn main() -> ExitCode {
             }
         }
     }
-    // Likewise llama.cpp's `-ngl` for `run` (unless it is a prompt's text)
-    // and `bench` (llama-bench's flag).
-    if args.get(1).is_some_and(|a| a == "run" || a == "bench") {
+    // Likewise llama.cpp's `-ngl` for `run` (unless it is a prompt's text),
+    // `bench` (llama-bench's flag) and `profile`.
+    if args
+        .get(1)
+        .is_some_and(|a| a == "run" || a == "bench" || a == "profile")
+    {
         for i in 2..args.len() {
             let after_prompt = ["-p", "--prompt"].iter().any(|p| args[i - 1] == *p);
             if args[i] == "-ngl" && !after_prompt {

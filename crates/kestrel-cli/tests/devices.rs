@@ -127,3 +127,49 @@ fn run_on_the_gpu_samples_reproducibly_by_seed() {
     assert_eq!(a, b, "same seed, same text");
     assert_ne!(a, greedy, "a temperature of 1.5 over the whole vocabulary");
 }
+
+/// `profile --device gpu` times each pass on the device and breaks the
+/// decode step down by kernel class, with the matmuls' GB/s.
+#[test]
+fn profile_breaks_a_gpu_step_down_by_kernel_class() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["profile", "-m"])
+        .arg(&model)
+        .args(["-p", "2", "-n", "2", "-ngl", "99"])
+        .output()
+        .expect("kestrel runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if text.contains("no timestamp queries") {
+        eprintln!("this adapter cannot time passes; wall time only:\n{text}");
+        return;
+    }
+    let decode = text.split("decode,").nth(1).expect("a decode section");
+    for class in [
+        "matmul q4_1",
+        "matmul q8_0",
+        "attention",
+        "norms",
+        "sampling",
+    ] {
+        let row = decode
+            .lines()
+            .find(|l| l.starts_with(&format!("| {class} |")))
+            .unwrap_or_else(|| panic!("no {class} row:\n{text}"));
+        let ms: f64 = row.split('|').nth(2).unwrap().trim().parse().unwrap();
+        assert!(ms > 0.0, "{row}");
+    }
+    let matmul = decode
+        .lines()
+        .find(|l| l.starts_with("| matmul q4_1 |"))
+        .unwrap();
+    let gbs: f64 = matmul.split('|').nth(5).unwrap().trim().parse().unwrap();
+    assert!(gbs > 0.0, "{matmul}");
+}

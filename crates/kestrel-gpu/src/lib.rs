@@ -1,7 +1,7 @@
 //! The GPU backend on wgpu (Vulkan, Metal, DX12; Mesa's lavapipe runs it on
 //! a machine with no GPU). This module owns the device: adapter choice,
 //! what the adapter offers (f16, subgroups, the largest storage binding),
-//! buffers and readback. [`matvec`] owns the quantized matrix-vector
+//! buffers, readback, and the timing of passes for profiling. [`matvec`] owns the quantized matrix-vector
 //! kernels and the on-device rounding of activations to 8 bits,
 //! [`embed`] the embedding lookup from the history buffer, [`norm`]
 //! RMSNorm, [`ops`] RoPE, GLUs, softcap and the residual add,
@@ -139,12 +139,19 @@ pub struct Gpu {
     pub has_f16: bool,
     /// The adapter has subgroup operations (enabled on the device).
     pub has_subgroups: bool,
+    /// The adapter can time passes ([`Gpu::set_profiling`]).
+    pub has_timestamps: bool,
     /// The largest storage buffer one binding may hold: weights bigger than
     /// this are split.
     pub max_binding: u64,
     /// While a step is being recorded, the encoder every dispatch goes into.
     recording: std::sync::Mutex<Option<wgpu::CommandEncoder>>,
     cache: std::sync::Mutex<Cache>,
+    /// While profiling: the query set the passes write their start and end
+    /// times into, and what each pass was.
+    profiler: std::sync::Mutex<Option<Profiler>>,
+    /// Each pipeline's label, which names a profiled pass.
+    labels: std::sync::Mutex<std::collections::HashMap<wgpu::ComputePipeline, String>>,
     submissions: std::sync::atomic::AtomicU64,
     readback_bytes: std::sync::atomic::AtomicU64,
 }
@@ -160,7 +167,8 @@ impl Gpu {
             .ok_or(GpuError::NoAdapter)?;
         let info = summary(&adapter.get_info());
         let offered = adapter.features();
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let wanted =
+            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -180,10 +188,13 @@ impl Gpu {
             adapter: info,
             has_f16: features.contains(wgpu::Features::SHADER_F16),
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
+            has_timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding: limits
                 .max_storage_buffer_binding_size
                 .min(limits.max_buffer_size),
             recording: Default::default(),
+            profiler: Default::default(),
+            labels: Default::default(),
             cache: Default::default(),
             submissions: Default::default(),
             readback_bytes: Default::default(),
@@ -294,7 +305,8 @@ impl Gpu {
                 label: Some(label),
                 source: wgpu::ShaderSource::Wgsl(src.into()),
             });
-        self.device
+        let p = self
+            .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
                 layout: None,
@@ -302,7 +314,12 @@ impl Gpu {
                 entry_point: Some("main"),
                 compilation_options: Default::default(),
                 cache: None,
-            })
+            });
+        self.labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(p.clone(), label.to_owned());
+        p
     }
 
     /// A uniform buffer of u32 parameters: made once per distinct content
@@ -373,13 +390,118 @@ impl Gpu {
     /// Records one dispatch of `groups` workgroups (split over x and y when
     /// there are more than one dimension allows) and submits it.
     pub(crate) fn run(&self, p: &wgpu::ComputePipeline, bind: &wgpu::BindGroup, groups: u32) {
+        let timed = self.profile_slot(p);
         self.with_encoder(|enc| {
-            let mut pass = enc.begin_compute_pass(&Default::default());
+            let writes = timed
+                .as_ref()
+                .map(|(set, i)| wgpu::ComputePassTimestampWrites {
+                    query_set: set,
+                    beginning_of_pass_write_index: Some(2 * i),
+                    end_of_pass_write_index: Some(2 * i + 1),
+                });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: writes,
+            });
             pass.set_pipeline(p);
             pass.set_bind_group(0, bind, &[]);
             let (x, y) = grid(groups);
             pass.dispatch_workgroups(x, y, 1);
         });
+    }
+
+    /// Starts (or stops) timing every pass: each records its start and end
+    /// on the device, [`Gpu::take_profile`] reads them. A no-op where the
+    /// adapter has no timestamp queries.
+    pub fn set_profiling(&self, on: bool) {
+        let mut prof = self.profiler.lock().unwrap_or_else(|e| e.into_inner());
+        *prof = (on && self.has_timestamps).then(|| Profiler {
+            set: self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass times"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * Profiler::PASSES,
+            }),
+            passes: Vec::new(),
+            bytes: 0,
+        });
+    }
+
+    /// While profiling, the bytes of weights the next pass reads (its
+    /// achieved GB/s is reported).
+    pub(crate) fn note_bytes(&self, bytes: u64) {
+        if let Some(p) = self
+            .profiler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            p.bytes = bytes;
+        }
+    }
+
+    /// The query set and pass index for a pass of `p`, while profiling and
+    /// while the set has room.
+    fn profile_slot(&self, p: &wgpu::ComputePipeline) -> Option<(wgpu::QuerySet, u32)> {
+        let mut prof = self.profiler.lock().unwrap_or_else(|e| e.into_inner());
+        let prof = prof.as_mut()?;
+        if prof.passes.len() >= Profiler::PASSES as usize {
+            return None;
+        }
+        let label = self
+            .labels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(p)
+            .cloned()
+            .unwrap_or_default();
+        prof.passes.push((label, std::mem::take(&mut prof.bytes)));
+        Some((prof.set.clone(), prof.passes.len() as u32 - 1))
+    }
+
+    /// The passes timed since profiling started or since the last take, in
+    /// order (waits for the device). Empty when not profiling.
+    pub fn take_profile(&self) -> Result<Vec<PassTime>, GpuError> {
+        let (set, passes) = {
+            let mut prof = self.profiler.lock().unwrap_or_else(|e| e.into_inner());
+            match prof.as_mut() {
+                Some(p) if !p.passes.is_empty() => (p.set.clone(), std::mem::take(&mut p.passes)),
+                _ => return Ok(Vec::new()),
+            }
+        };
+        let n = passes.len();
+        let size = (16 * n) as u64;
+        let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pass times"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pass times readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.resolve_query_set(&set, 0..2 * n as u32, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &staging, 0, size);
+        self.submit(enc);
+        let words: Vec<u32> = self
+            .map_read(&staging, 4 * n)?
+            .into_iter()
+            .map(f32::to_bits)
+            .collect();
+        let tick = f64::from(self.queue.get_timestamp_period());
+        let at = |i: usize| u64::from(words[2 * i]) | (u64::from(words[2 * i + 1]) << 32);
+        Ok(passes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (label, bytes))| PassTime {
+                label,
+                ns: at(2 * i + 1).saturating_sub(at(2 * i)) as f64 * tick,
+                bytes,
+            })
+            .collect())
     }
 
     /// Copies `bytes` bytes from `src` at `from` to `dst` at `to`, in order
@@ -444,6 +566,28 @@ impl Gpu {
         self.readback_bytes
             .load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// One timed pass: its pipeline's label, its time on the device, and the
+/// weight bytes it read (0 where not noted).
+#[derive(Clone, Debug)]
+pub struct PassTime {
+    pub label: String,
+    pub ns: f64,
+    pub bytes: u64,
+}
+
+struct Profiler {
+    set: wgpu::QuerySet,
+    passes: Vec<(String, u64)>,
+    /// Bytes noted for the next pass.
+    bytes: u64,
+}
+
+impl Profiler {
+    /// Passes timed between takes (two queries each; wgpu allows 4096 per
+    /// set).
+    const PASSES: u32 = 2048;
 }
 
 /// Uniform buffers and bind groups already made, so that a decode step,

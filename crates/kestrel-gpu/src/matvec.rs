@@ -279,6 +279,7 @@ impl MatVec {
             None => gpu.bind(&self.pipeline, &[&m.buf, x, y, &params]),
         };
         let rows_per_group = 64 / self.tpr as usize;
+        gpu.note_bytes((m.rows * m.row_bytes) as u64);
         gpu.run(
             &self.pipeline,
             &bind,
