@@ -247,11 +247,12 @@ fn main() -> ExitCode {
         }
     }
     // Likewise llama.cpp's `-ngl` for `run` (unless it is a prompt's text),
-    // `bench` (llama-bench's flag) and `profile`.
-    if args
-        .get(1)
-        .is_some_and(|a| a == "run" || a == "bench" || a == "profile")
-    {
+    // `bench` (llama-bench's flag), `profile` and `perplexity`.
+    if args.get(1).is_some_and(|a| {
+        ["run", "bench", "profile", "perplexity"]
+            .iter()
+            .any(|c| a == *c)
+    }) {
         for i in 2..args.len() {
             let after_prompt = ["-p", "--prompt"].iter().any(|p| args[i - 1] == *p);
             if args[i] == "-ngl" && !after_prompt {

@@ -1,7 +1,9 @@
 //! `kestrel perplexity`: llama-perplexity's evaluation and output. The
 //! running per-chunk values (`[1]16.3211,[2]…`) and the final estimate go to
 //! stdout, progress and timings to stderr. The method itself lives in
-//! `kestrel_engine::perplexity`.
+//! `kestrel_engine::perplexity`. `--device gpu` scores each chunk on the
+//! GPU model, one token per step (no batched GPU prefill yet), reading the
+//! logits of every scored position back.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,6 +40,12 @@ pub struct PerplexityArgs {
     threads: Option<usize>,
     #[command(flatten)]
     weights: crate::WeightArgs,
+    /// Where to evaluate: cpu, gpu, or auto (a hardware GPU if any).
+    #[arg(long = "device", value_enum, default_value = "cpu")]
+    device: crate::gpu::Device,
+    /// llama.cpp's `-ngl`: any value above 0 evaluates on the GPU.
+    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
+    n_gpu_layers: Option<i64>,
 }
 
 pub fn perplexity(a: PerplexityArgs) -> Result<()> {
@@ -115,8 +123,26 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         n_chunks: a.chunks,
     };
     let stdout = std::io::stdout();
+    let on_gpu = crate::gpu::choose(a.device, a.n_gpu_layers) == crate::gpu::Device::Gpu;
+    let gpu_model = if on_gpu {
+        let gpu = kestrel_gpu::Gpu::new()?;
+        eprintln!("perplexity: device {}", gpu.adapter);
+        Some(kestrel_gpu::model::GpuModel::load(
+            gpu,
+            engine.file.clone(),
+            engine.model.spec.clone(),
+            n_ctx,
+        )?)
+    } else {
+        None
+    };
+    let n_batch_cpu = n_batch_eff;
+    let lls_of = |chunk: &[u32], first: usize| match &gpu_model {
+        Some(model) => gpu_log_likelihoods(model, chunk, first).map_err(|e| e.to_string()),
+        None => Ok(engine.chunk_log_likelihoods(chunk, n_batch_cpu, first)),
+    };
     let started = Instant::now();
-    let result = engine.perplexity(&tokens, &params, |r| {
+    let result = engine.perplexity_with(&tokens, &params, lls_of, |r| {
         let mut out = stdout.lock();
         let _ = write!(out, "[{}]{:.4},", r.chunk, r.ppl);
         let _ = out.flush();
@@ -145,4 +171,30 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Log-likelihoods of tokens `first+1..` of one chunk on the GPU model:
+/// the tokens before `first` only fill the cache; from there each step's
+/// logits are read back and scored as the CPU path scores them.
+fn gpu_log_likelihoods(
+    model: &kestrel_gpu::model::GpuModel,
+    chunk: &[u32],
+    first: usize,
+) -> Result<Vec<f64>, kestrel_gpu::GpuError> {
+    let seq = model.new_seq();
+    model.write_tokens(&seq, 0, chunk)?;
+    let mut lls = Vec::with_capacity(chunk.len().saturating_sub(first + 1));
+    for pos in 0..chunk.len() - 1 {
+        if pos < first {
+            model.step(&seq, pos, None)?;
+            continue;
+        }
+        model.step_logits(&seq, pos)?;
+        let row = model.read_logits()?;
+        lls.push(kestrel_engine::perplexity::log_softmax(
+            &row,
+            chunk[pos + 1],
+        ));
+    }
+    Ok(lls)
 }

@@ -173,3 +173,41 @@ fn profile_breaks_a_gpu_step_down_by_kernel_class() {
     let gbs: f64 = matmul.split('|').nth(5).unwrap().trim().parse().unwrap();
     assert!(gbs > 0.0, "{matmul}");
 }
+
+/// `perplexity --device gpu` scores the text on the GPU model: the estimate
+/// is printed in llama-perplexity's format and lies within 5% of the CPU's
+/// (the devices differ only in rounding; 7 scored tokens here).
+#[test]
+fn perplexity_on_the_gpu_agrees_with_the_cpu() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let ppl = |extra: &[&str]| -> f64 {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(["perplexity", "-m"])
+            .arg(&model)
+            .args(["-f", "/usr/share/common-licenses/GPL-3", "-c", "16"])
+            .args(["--chunks", "1"])
+            .args(extra)
+            .output()
+            .expect("kestrel runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Final estimate: PPL = "))
+            .unwrap_or_else(|| panic!("{text}"));
+        line["Final estimate: PPL = ".len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    let cpu = ppl(&[]);
+    let gpu = ppl(&["--device", "gpu"]);
+    assert!((gpu - cpu).abs() <= 0.05 * cpu, "gpu {gpu} cpu {cpu}");
+}

@@ -43,6 +43,8 @@ pub enum PerplexityError {
     },
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("the backend failed: {0}")]
+    Backend(String),
     #[error(
         "non-finite log-likelihood at {count} of {scored} scored positions in chunk {chunk} \
          (1-based; token indices within the chunk: {})",
@@ -208,11 +210,32 @@ impl Engine {
     }
 
     /// Runs llama-perplexity's evaluation over `tokens` (from
-    /// [`Engine::tokenize_text`]); `on_chunk` hears about each chunk.
+    /// [`Engine::tokenize_text`]) on the CPU model; `on_chunk` hears about
+    /// each chunk.
     pub fn perplexity(
         &self,
         tokens: &[u32],
         params: &PerplexityParams,
+        on_chunk: impl FnMut(&ChunkReport),
+    ) -> Result<PerplexityResult, PerplexityError> {
+        let n_batch = params.n_batch.min(params.n_ctx);
+        self.perplexity_with(
+            tokens,
+            params,
+            |chunk, first| Ok(self.chunk_log_likelihoods(chunk, n_batch, first)),
+            on_chunk,
+        )
+    }
+
+    /// [`Engine::perplexity`] with the log-likelihoods of each chunk from
+    /// `lls_of(chunk, first)` (those of tokens `first+1..` as
+    /// [`Engine::chunk_log_likelihoods`] gives them): another backend
+    /// plugs in here.
+    pub fn perplexity_with(
+        &self,
+        tokens: &[u32],
+        params: &PerplexityParams,
+        mut lls_of: impl FnMut(&[u32], usize) -> Result<Vec<f64>, String>,
         mut on_chunk: impl FnMut(&ChunkReport),
     ) -> Result<PerplexityResult, PerplexityError> {
         let n_ctx = params.n_ctx;
@@ -236,7 +259,6 @@ impl Engine {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(PerplexityError::TokenOutOfRange { id, n_vocab });
         }
-        let n_batch = params.n_batch.min(n_ctx);
         let max_chunks = tokens.len() / n_ctx;
         let n_chunks = params.n_chunks.map_or(max_chunks, |n| n.min(max_chunks));
         let first = n_ctx / 2;
@@ -250,7 +272,7 @@ impl Engine {
             if let Some(bos) = bos {
                 chunk[0] = bos;
             }
-            let lls = self.chunk_log_likelihoods(&chunk, n_batch, first);
+            let lls = lls_of(&chunk, first).map_err(PerplexityError::Backend)?;
             acc.add_chunk(i + 1, first + 1, &lls)?;
             chunk_ppl.push(acc.ppl());
             on_chunk(&ChunkReport {

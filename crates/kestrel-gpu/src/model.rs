@@ -64,6 +64,17 @@ struct Scratch {
     scores: wgpu::Buffer,
 }
 
+/// What a step computes after the layers.
+#[derive(Clone, Copy)]
+enum Output<'p> {
+    /// Only the KV cache (a prompt token whose successor is known).
+    Nothing,
+    /// The logits.
+    Logits,
+    /// The logits and the next token, into the history.
+    Sample(&'p SampleParams),
+}
+
 /// The token a submitted step chose, on its way back to the host.
 pub struct PendingToken {
     staging: wgpu::Buffer,
@@ -373,6 +384,16 @@ impl GpuModel {
         r
     }
 
+    /// Runs the token at `history[pos]` through the model and computes the
+    /// logits ([`GpuModel::read_logits`]) without choosing a token: the
+    /// history is left as it is (scoring a known text, as perplexity does).
+    pub fn step_logits(&self, seq: &GpuSeq, pos: usize) -> Result<(), GpuError> {
+        self.gpu.begin_step();
+        let r = self.record(seq, pos, Output::Logits);
+        self.gpu.finish_step();
+        r
+    }
+
     /// [`GpuModel::step`] with token selection that also copies the chosen
     /// token (4 bytes) to a buffer of its own, in the same submission: the
     /// host reads it with [`PendingToken::wait`] after submitting the next
@@ -405,6 +426,14 @@ impl GpuModel {
         pos: usize,
         sample: Option<&SampleParams>,
     ) -> Result<(), GpuError> {
+        let out = match sample {
+            Some(p) => Output::Sample(p),
+            None => Output::Nothing,
+        };
+        self.record(seq, pos, out)
+    }
+
+    fn record(&self, seq: &GpuSeq, pos: usize, out: Output<'_>) -> Result<(), GpuError> {
         if pos >= seq.n_ctx {
             return Err(GpuError::Shape(format!(
                 "position {pos} is past the context of {}",
@@ -501,9 +530,9 @@ impl GpuModel {
                 self.ops.add(g, &s.x, &s.o, e)?;
             }
         }
-        let Some(params) = sample else {
+        if matches!(out, Output::Nothing) {
             return Ok(());
-        };
+        }
         self.norm
             .run(g, (&s.x, &self.output_norm, &s.h), (1, e), hp.rms_eps)?;
         self.mv(
@@ -515,6 +544,9 @@ impl GpuModel {
             self.ops
                 .softcap(g, &s.logits, hp.n_vocab, hp.final_logit_softcap)?;
         }
+        let Output::Sample(params) = out else {
+            return Ok(());
+        };
         self.sampler.lock().unwrap_or_else(|e| e.into_inner()).run(
             g,
             (&s.logits, &seq.history, &seq.rng),
