@@ -2,8 +2,8 @@
 # On a machine with a real GPU (Vulkan, Metal or DX12): builds Kestrel, runs
 # the GPU tests, then for each test model runs the same greedy prompt on the
 # CPU and on the GPU and prints one table: whether the texts agree (and for
-# how many characters), and decode tokens/s on both devices (from `run`'s
-# own timing line). Meant to finish within 8 minutes.
+# how many characters), and `kestrel bench` pp128 / tg64 tokens/s on both
+# devices. Meant to finish within 8 minutes.
 #
 # usage: scripts/gpu-check.sh [-n TOKENS] [MODEL ...]   (default: the three test models)
 set -euo pipefail
@@ -29,13 +29,13 @@ cargo test --release -q -p kestrel-gpu 2>&1 | grep -E "test result|FAILED|panick
 prompt="Write a short paragraph about the history of the bicycle."
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-printf '\n| model | same text | chars in common | cpu tg t/s | gpu tg t/s |\n|---|---|---:|---:|---:|\n'
+printf '\n| model | same text | chars in common | cpu pp128 | gpu pp128 | cpu tg64 | gpu tg64 |\n|---|---|---:|---:|---:|---:|---:|\n'
 for m in "${models[@]}"; do
     name="$(basename "$m" .gguf)"
     for dev in cpu gpu; do
         "$bin" run -m "$m" --temp 0 -n "$n" -c 2048 -p "$prompt" --device "$dev" \
             >"$tmp/$dev.txt" 2>"$tmp/$dev.err" || {
-            echo "| $name | $dev failed: $(tail -1 "$tmp/$dev.err") | | | |"
+            echo "| $name | $dev failed: $(tail -1 "$tmp/$dev.err") | | | | | |"
             continue 2
         }
     done
@@ -48,6 +48,17 @@ while n < min(len(a), len(b)) and a[n] == b[n]:
 print(n, "yes" if a == b else "no")
 EOF
 )
-    tps() { grep -o 'generated: [0-9]* tokens, [0-9.]* t/s' "$1" | awk '{print $4}'; }
-    echo "| $name | ${common#* } | ${common% *} | $(tps "$tmp/cpu.err") | $(tps "$tmp/gpu.err") |"
+    for dev in cpu gpu; do
+        "$bin" bench -m "$m" -p 128 -n 64 -r 3 -o json --bw-mib 0 --device "$dev" \
+            >"$tmp/bench-$dev.json" 2>"$tmp/bench-$dev.err" || echo '[]' >"$tmp/bench-$dev.json"
+    done
+    speeds=$(python3 - "$tmp/bench-cpu.json" "$tmp/bench-gpu.json" <<'EOF'
+import json, sys
+rows = [{r["test"]: r["avg_ts"] for r in json.load(open(p))} for p in sys.argv[1:3]]
+cell = lambda d, t: f"{d[t]:.1f}" if t in d else "failed"
+print(" | ".join([cell(rows[0], "pp128"), cell(rows[1], "pp128"),
+                  cell(rows[0], "tg64"), cell(rows[1], "tg64")]))
+EOF
+)
+    echo "| $name | ${common#* } | ${common% *} | $speeds |"
 done
