@@ -1,5 +1,7 @@
 //! Quantized matrix-vector products in WGSL: y = W x with W in its GGUF
-//! block format (read as raw bytes) and x in f32.
+//! block format (read as raw bytes) and x in f32; and the matrix-matrix
+//! case, several activation rows through one dispatch
+//! ([`MatVec::run_batch`]), each row summed exactly as it would be alone.
 //!
 //! The quantized types compute what the CPU computes: x is first rounded
 //! on the device to the 8-bit format ggml pairs with the weight type (Q8_0,
@@ -200,13 +202,13 @@ impl MatVec {
         }
         let unit = unit_fn(ty).ok_or(GpuError::Unsupported(ty))?;
         let act = match act_type(ty) {
-            Some(a) => Some(ActQuant::new(gpu, a, max_cols)?),
+            Some(a) => Some(ActQuant::new(gpu, a, max_cols * MAX_BATCH)?),
             None => None,
         };
         let bindings = if act.is_some() {
-            QUANT_BINDINGS
+            format!("{QUANT_BINDINGS}\n{QUANT_ACCESS}")
         } else {
-            BINDINGS
+            format!("{BINDINGS}\n{FLOAT_ACCESS}")
         };
         // A row per thread needs no shared memory (and a software
         // rasterizer runs a workgroup that has none faster).
@@ -250,15 +252,32 @@ impl MatVec {
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
+        self.run_batch(gpu, m, (x, y), 1)
+    }
+
+    /// The product with `n` activation rows (up to [`MAX_BATCH`]): `x`
+    /// holds `n` rows of `m.cols` values, `y` gets `n` rows of `m.rows`.
+    /// Each row's result has the bits [`MatVec::run`] gives it alone.
+    pub fn run_batch(
+        &self,
+        gpu: &Gpu,
+        m: &GpuMatrix,
+        (x, y): (&wgpu::Buffer, &wgpu::Buffer),
+        n: usize,
+    ) -> Result<(), GpuError> {
         if m.ty != self.ty {
             return Err(GpuError::Shape(format!(
                 "a {} kernel was given a {} matrix",
                 self.ty, m.ty
             )));
         }
-        if x.size() < (m.cols * 4) as u64 || y.size() < (m.rows * 4) as u64 {
+        if n == 0
+            || n > MAX_BATCH
+            || x.size() < (n * m.cols * 4) as u64
+            || y.size() < (n * m.rows * 4) as u64
+        {
             return Err(GpuError::Shape(format!(
-                "x holds {} bytes and y {} for a {}x{} matrix",
+                "x holds {} bytes and y {} for {n} rows (at most {MAX_BATCH}) through a {}x{} matrix",
                 x.size(),
                 y.size(),
                 m.rows,
@@ -273,10 +292,33 @@ impl MatVec {
         ]);
         let bind = match &self.act {
             Some(act) => {
-                act.run(gpu, x, m.cols)?;
-                gpu.bind(&self.pipeline, &[&m.buf, &act.q, y, &params, &act.meta])
+                act.run(gpu, x, n * m.cols)?;
+                let block = if act.ty == GgmlType::Q8_K { 256 } else { 32 };
+                let cols = gpu.params(&[
+                    n as u32,
+                    (m.cols / 4) as u32,
+                    (m.cols / block * meta_words(act.ty)) as u32,
+                    0,
+                ]);
+                gpu.bind_at(
+                    &self.pipeline,
+                    &[
+                        (0, &m.buf),
+                        (1, &act.q),
+                        (2, y),
+                        (3, &params),
+                        (4, &act.meta),
+                        (6, &cols),
+                    ],
+                )
             }
-            None => gpu.bind(&self.pipeline, &[&m.buf, x, y, &params]),
+            None => {
+                let cols = gpu.params(&[n as u32, 0, 0, 0]);
+                gpu.bind_at(
+                    &self.pipeline,
+                    &[(0, &m.buf), (1, x), (2, y), (3, &params), (6, &cols)],
+                )
+            }
         };
         let rows_per_group = 64 / self.tpr as usize;
         gpu.note_bytes((m.rows * m.row_bytes) as u64);
@@ -288,6 +330,9 @@ impl MatVec {
         Ok(())
     }
 }
+
+/// The most activation rows one [`MatVec::run_batch`] takes.
+pub const MAX_BATCH: usize = 16;
 
 /// Bindings of the float products and the embedding lookup: weights, x,
 /// y, and (rows, cols, bytes per row, 32-value units per row).
@@ -305,6 +350,29 @@ const QUANT_BINDINGS: &str = r#"
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: vec4<u32>;
 @group(0) @binding(4) var<storage, read> xm: array<u32>;
+"#;
+
+/// The activations of the row being multiplied (`run_batch` walks the
+/// rows; `col` is set per row).
+const QUANT_ACCESS: &str = r#"
+// rows in the batch, quant words per row, scale words per row
+@group(0) @binding(6) var<uniform> p2: vec4<u32>;
+var<private> col_q: u32;
+var<private> col_m: u32;
+fn set_col(c: u32) {
+    col_q = c * p2.y;
+    col_m = c * p2.z;
+}
+fn aq(i: u32) -> u32 { return xq[col_q + i]; }
+fn am(i: u32) -> u32 { return xm[col_m + i]; }
+"#;
+
+const FLOAT_ACCESS: &str = r#"
+// rows in the batch
+@group(0) @binding(6) var<uniform> p2: vec4<u32>;
+var<private> col_x: u32;
+fn set_col(c: u32) { col_x = c * p.y; }
+fn ax(i: u32) -> f32 { return x[col_x + i]; }
 "#;
 
 /// Byte-level reads of the weight blocks (GGUF blocks are not all
@@ -514,18 +582,23 @@ const MAIN: &str = r#"
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = (g.y * GRID_X + g.x) * RPG + t / TPR;
     let lane = t % TPR;
-    var s = 0.0;
-    if (row < p.x) {
-        let base = row * p.z;
-        for (var u = lane; u < p.w; u += TPR) {
-            s += unit(base, u);
+    // One activation row after the other, each summed exactly as alone
+    // (the weights come from cache after the first).
+    for (var c = 0u; c < p2.x; c++) {
+        set_col(c);
+        var s = 0.0;
+        if (row < p.x) {
+            let base = row * p.z;
+            for (var u = lane; u < p.w; u += TPR) {
+                s += unit(base, u);
+            }
         }
+        REDUCE
     }
-    REDUCE
 }
 "#;
 
-const REDUCE_NONE: &str = "if (row < p.x) { y[row] = s; }";
+const REDUCE_NONE: &str = "if (row < p.x) { y[c * p.x + row] = s; }";
 
 const REDUCE_TREE: &str = r#"part[t] = s;
     workgroupBarrier();
@@ -536,8 +609,9 @@ const REDUCE_TREE: &str = r#"part[t] = s;
         workgroupBarrier();
     }
     if (lane == 0u && row < p.x) {
-        y[row] = part[t];
-    }"#;
+        y[c * p.x + row] = part[t];
+    }
+    workgroupBarrier();"#;
 
 /// `fn unit(base, u) -> f32`: the dot of 32-value unit `u` of the row
 /// starting at byte `base` with the activations' unit `u`, in each
@@ -553,7 +627,7 @@ fn unit(base: u32, u: u32) -> f32 {
     let o = (base >> 2u) + u * 32u;
     let xi = u * 32u;
     var s = 0.0;
-    for (var j = 0u; j < 32u; j++) { s += bitcast<f32>(w[o + j]) * x[xi + j]; }
+    for (var j = 0u; j < 32u; j++) { s += bitcast<f32>(w[o + j]) * ax(xi + j); }
     return s;
 }"#
         }
@@ -565,7 +639,7 @@ fn unit(base: u32, u: u32) -> f32 {
     var s = 0.0;
     for (var j = 0u; j < 16u; j++) {
         let v = w[o + j];
-        s += half(v & 0xffffu) * f16r(x[xi + 2u * j]) + half(v >> 16u) * f16r(x[xi + 2u * j + 1u]);
+        s += half(v & 0xffffu) * f16r(ax(xi + 2u * j)) + half(v >> 16u) * f16r(ax(xi + 2u * j + 1u));
     }
     return s;
 }"#
@@ -575,8 +649,8 @@ fn unit(base: u32, u: u32) -> f32 {
 fn unit(base: u32, u: u32) -> f32 {
     let o = base + u * 34u;
     var s = 0i;
-    for (var k = 0u; k < 8u; k++) { s += dot4(u32_at(o + 2u + 4u * k), xq[8u * u + k]); }
-    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
+    for (var k = 0u; k < 8u; k++) { s += dot4(u32_at(o + 2u + 4u * k), aq(8u * u + k)); }
+    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
 }"#
         }
         T::Q4_0 => {
@@ -586,10 +660,10 @@ fn unit(base: u32, u: u32) -> f32 {
     var s = 0i;
     for (var k = 0u; k < 4u; k++) {
         let q = u32_at(o + 2u + 4u * k);
-        s += dot4(sub_bytes(q & 0x0f0f0f0fu, 8u), xq[8u * u + k])
-           + dot4(sub_bytes((q >> 4u) & 0x0f0f0f0fu, 8u), xq[8u * u + 4u + k]);
+        s += dot4(sub_bytes(q & 0x0f0f0f0fu, 8u), aq(8u * u + k))
+           + dot4(sub_bytes((q >> 4u) & 0x0f0f0f0fu, 8u), aq(8u * u + 4u + k));
     }
-    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
+    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
 }"#
         }
         // 20-byte blocks in rows of whole blocks: always word-aligned.
@@ -600,10 +674,10 @@ fn unit(base: u32, u: u32) -> f32 {
     var s = 0i;
     for (var k = 0u; k < 4u; k++) {
         let q = w[o + 1u + k];
-        s += dot4(q & 0x0f0f0f0fu, xq[8u * u + k])
-           + dot4((q >> 4u) & 0x0f0f0f0fu, xq[8u * u + 4u + k]);
+        s += dot4(q & 0x0f0f0f0fu, aq(8u * u + k))
+           + dot4((q >> 4u) & 0x0f0f0f0fu, aq(8u * u + 4u + k));
     }
-    return f32(s) * (half(w[o] & 0xffffu) * bitcast<f32>(xm[2u * u])) + half(w[o] >> 16u) * bitcast<f32>(xm[2u * u + 1u]);
+    return f32(s) * (half(w[o] & 0xffffu) * bitcast<f32>(am(2u * u))) + half(w[o] >> 16u) * bitcast<f32>(am(2u * u + 1u));
 }"#
         }
         T::Q5_0 => {
@@ -616,10 +690,10 @@ fn unit(base: u32, u: u32) -> f32 {
         let q = u32_at(o + 6u + 4u * k);
         let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
         let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
-        s += dot4(sub_bytes(lo, 16u), xq[8u * u + k])
-           + dot4(sub_bytes(hi, 16u), xq[8u * u + 4u + k]);
+        s += dot4(sub_bytes(lo, 16u), aq(8u * u + k))
+           + dot4(sub_bytes(hi, 16u), aq(8u * u + 4u + k));
     }
-    return f32(s) * (h16(o) * bitcast<f32>(xm[u]));
+    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
 }"#
         }
         T::Q5_1 => {
@@ -632,9 +706,9 @@ fn unit(base: u32, u: u32) -> f32 {
         let q = u32_at(o + 8u + 4u * k);
         let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
         let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
-        s += dot4(lo, xq[8u * u + k]) + dot4(hi, xq[8u * u + 4u + k]);
+        s += dot4(lo, aq(8u * u + k)) + dot4(hi, aq(8u * u + 4u + k));
     }
-    return f32(s) * (h16(o) * bitcast<f32>(xm[2u * u])) + h16(o + 2u) * bitcast<f32>(xm[2u * u + 1u]);
+    return f32(s) * (h16(o) * bitcast<f32>(am(2u * u))) + h16(o + 2u) * bitcast<f32>(am(2u * u + 1u));
 }"#
         }
         // 256-value blocks: d, dmin, 12 bytes of 6-bit scales and mins,
@@ -652,11 +726,11 @@ fn unit(base: u32, u: u32) -> f32 {
     let shift = 4u * (j % 2u);
     var s = 0i;
     for (var k = 0u; k < 8u; k++) {
-        s += dot4((u32_at(q0 + 4u * k) >> shift) & 0x0f0f0f0fu, xq[8u * u + k]);
+        s += dot4((u32_at(q0 + 4u * k) >> shift) & 0x0f0f0f0fu, aq(8u * u + k));
     }
     let mb = 17u * sb;
-    let dx = bitcast<f32>(xm[mb]);
-    let bs = bitcast<i32>(xm[mb + 1u + 2u * j]) + bitcast<i32>(xm[mb + 2u + 2u * j]);
+    let dx = bitcast<f32>(am(mb));
+    let bs = bitcast<i32>(am(mb + 1u + 2u * j)) + bitcast<i32>(am(mb + 2u + 2u * j));
     return dx * h16(o) * f32(i32(sm.x) * s) - dx * h16(o + 2u) * f32(i32(sm.y) * bs);
 }"#
         }
@@ -678,12 +752,12 @@ fn unit(base: u32, u: u32) -> f32 {
     for (var k = 0u; k < 8u; k++) {
         let lo = (u32_at(ql + 4u * k) >> nib) & 0x0f0f0f0fu;
         let hi = ((u32_at(qh + 4u * k) >> (2u * grp)) & 0x03030303u) << 4u;
-        let d = dot4(sub_bytes(lo | hi, 32u), xq[8u * u + k]);
+        let d = dot4(sub_bytes(lo | hi, 32u), aq(8u * u + k));
         if (k < 4u) { s0 += d; } else { s1 += d; }
     }
     let sc = o + 192u + 8u * n + 2u * grp;
     let isum = i8i(b8(sc)) * s0 + i8i(b8(sc + 1u)) * s1;
-    return bitcast<f32>(xm[17u * sb]) * h16(o + 208u) * f32(isum);
+    return bitcast<f32>(am(17u * sb)) * h16(o + 208u) * f32(isum);
 }"#
         }
         _ => return None,

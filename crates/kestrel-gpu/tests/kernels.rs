@@ -633,3 +633,52 @@ fn kv_store_and_attention_match_the_cpu() {
         );
     }
 }
+
+/// Several activation rows through one product (the matrix-matrix case):
+/// every row's result has exactly the bits of that row run alone, for
+/// every type and layout, and a wrong row count is refused by name.
+#[test]
+fn batched_products_equal_each_row_alone() {
+    let g = gpu();
+    let (rows, cols, n) = (13usize, 512usize, 5usize);
+    let mut failures = Vec::new();
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let (bytes, _, _) = case(ty, rows, cols, 300 + i as u64);
+        let mut rng = Rng(77 + i as u64);
+        let xs: Vec<f32> = (0..n * cols)
+            .map(|j| rng.next() * [1.0, 20.0, 1e-3, 3.0, 0.5][j / cols])
+            .collect();
+        let m = g.upload_matrix("w", ty, rows, cols, &bytes).unwrap();
+        for (tpr, native_dot) in LAYOUTS {
+            let mv = MatVec::with_layout(g, ty, cols, Layout { tpr, native_dot }).unwrap();
+            let xb = g.upload_f32("xs", &xs).unwrap();
+            let yb = g.scratch_f32("ys", n * rows);
+            mv.run_batch(g, &m, (&xb, &yb), n).unwrap();
+            let batched = g.read_f32(&yb, n * rows).unwrap();
+            for c in 0..n {
+                let xc = g.upload_f32("x", &xs[c * cols..(c + 1) * cols]).unwrap();
+                let yc = g.scratch_f32("y", rows);
+                mv.run(g, &m, &xc, &yc).unwrap();
+                let alone = g.read_f32(&yc, rows).unwrap();
+                for r in 0..rows {
+                    if alone[r].to_bits() != batched[c * rows + r].to_bits() {
+                        failures.push(format!(
+                            "{ty} tpr {tpr} row {c} [{r}]: batched {} alone {}",
+                            batched[c * rows + r],
+                            alone[r]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let m = g
+        .upload_matrix("w", GgmlType::Q8_0, 2, 32, &[0u8; 68])
+        .unwrap();
+    let mv = MatVec::new(g, GgmlType::Q8_0, 32).unwrap();
+    let xb = g.scratch_f32("x", 32 * 17);
+    let yb = g.scratch_f32("y", 2 * 17);
+    let e = mv.run_batch(g, &m, (&xb, &yb), 17).unwrap_err();
+    assert!(e.to_string().contains("at most 16"), "{e}");
+}
