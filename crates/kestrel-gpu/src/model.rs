@@ -47,7 +47,13 @@ struct Layer {
     post_ffn_norm: Option<wgpu::Buffer>,
 }
 
-/// Activations of one token, reused by every step.
+/// Sequences one step can carry ([`GpuModel::step_batch`]).
+pub const MAX_SEQS: usize = 8;
+
+/// Activations of a step, [`MAX_SEQS`] rows each (row i is sequence i of
+/// the batch), reused by every step; `row` holds one row where a kernel
+/// works on one sequence (attention, the KV store, the sampler) and the
+/// row is not the first.
 struct Scratch {
     x: wgpu::Buffer,
     h: wgpu::Buffer,
@@ -62,6 +68,41 @@ struct Scratch {
     logits: wgpu::Buffer,
     pos: wgpu::Buffer,
     scores: wgpu::Buffer,
+    row: RowScratch,
+}
+
+struct RowScratch {
+    x: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    attn: wgpu::Buffer,
+    logits: wgpu::Buffer,
+}
+
+/// Row `i` (of `n` f32 values) of `batch`, for a kernel that works on one
+/// row at offset 0: row 0 is the batch buffer itself, another row is
+/// copied into `row` first.
+fn take_row<'b>(
+    gpu: &Gpu,
+    batch: &'b wgpu::Buffer,
+    row: &'b wgpu::Buffer,
+    i: usize,
+    n: usize,
+) -> &'b wgpu::Buffer {
+    if i == 0 {
+        return batch;
+    }
+    gpu.copy((batch, (i * n * 4) as u64), (row, 0), (n * 4) as u64);
+    row
+}
+
+/// Puts `row` back as row `i` of `batch` (nothing to do for row 0, which
+/// a kernel wrote in place).
+fn put_row(gpu: &Gpu, row: &wgpu::Buffer, batch: &wgpu::Buffer, i: usize, n: usize) {
+    if i > 0 {
+        gpu.copy((row, 0), (batch, (i * n * 4) as u64), (n * 4) as u64);
+    }
 }
 
 /// What a step computes after the layers.
@@ -71,8 +112,9 @@ enum Output<'p> {
     Nothing,
     /// The logits.
     Logits,
-    /// The logits and the next token, into the history.
-    Sample(&'p SampleParams),
+    /// The logits and the next token, into the history (parameters per
+    /// sequence).
+    Sample(&'p [SampleParams]),
 }
 
 /// The token a submitted step chose, on its way back to the host.
@@ -278,20 +320,29 @@ impl GpuModel {
             "rope swa",
             &rope_table(n_ctx, hp.n_rot, hp.rope_base_swa, 1.0),
         )?;
+        let b = MAX_SEQS;
         let s = Scratch {
-            x: gpu.scratch_f32("x", e),
-            h: gpu.scratch_f32("h", e),
-            q: gpu.scratch_f32("q", q_dim),
-            k: gpu.scratch_f32("k", kv_k),
-            v: gpu.scratch_f32("v", kv_v),
-            attn: gpu.scratch_f32("attn", o_in),
-            o: gpu.scratch_f32("o", e),
-            gate: gpu.scratch_f32("gate", hp.n_ff),
-            up: gpu.scratch_f32("up", hp.n_ff),
-            act: gpu.scratch_f32("act", hp.n_ff),
-            logits: gpu.scratch_f32("logits", hp.n_vocab),
-            pos: gpu.scratch_f32("pos", 1),
+            x: gpu.scratch_f32("x", b * e),
+            h: gpu.scratch_f32("h", b * e),
+            q: gpu.scratch_f32("q", b * q_dim),
+            k: gpu.scratch_f32("k", b * kv_k),
+            v: gpu.scratch_f32("v", b * kv_v),
+            attn: gpu.scratch_f32("attn", b * o_in.max(q_dim)),
+            o: gpu.scratch_f32("o", b * e),
+            gate: gpu.scratch_f32("gate", b * hp.n_ff),
+            up: gpu.scratch_f32("up", b * hp.n_ff),
+            act: gpu.scratch_f32("act", b * hp.n_ff),
+            logits: gpu.scratch_f32("logits", b * hp.n_vocab),
+            pos: gpu.scratch_f32("pos", b),
             scores: gpu.scratch_f32("scores", hp.n_head * n_ctx),
+            row: RowScratch {
+                x: gpu.scratch_f32("x row", e),
+                q: gpu.scratch_f32("q row", q_dim),
+                k: gpu.scratch_f32("k row", kv_k),
+                v: gpu.scratch_f32("v row", kv_v),
+                attn: gpu.scratch_f32("attn row", o_in),
+                logits: gpu.scratch_f32("logits row", hp.n_vocab),
+            },
         };
         Ok(GpuModel {
             embed: Embed::new(&gpu, tok_embd.ty)?,
@@ -363,8 +414,21 @@ impl GpuModel {
         self.gpu.read_f32(&self.s.logits, self.spec.hparams.n_vocab)
     }
 
-    fn mv(&self, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<(), GpuError> {
-        self.matvec[&m.ty].run(&self.gpu, m, x, y)
+    /// The logits of the first `n` sequences of the last batched step, one
+    /// row each.
+    pub fn read_batch_logits(&self, n: usize) -> Result<Vec<f32>, GpuError> {
+        self.gpu
+            .read_f32(&self.s.logits, n.min(MAX_SEQS) * self.spec.hparams.n_vocab)
+    }
+
+    /// `n` rows of x through `m`.
+    fn mv(
+        &self,
+        m: &GpuMatrix,
+        (x, y): (&wgpu::Buffer, &wgpu::Buffer),
+        n: usize,
+    ) -> Result<(), GpuError> {
+        self.matvec[&m.ty].run_batch(&self.gpu, m, (x, y), n)
     }
 
     /// Runs the token at `history[pos]` through the model; with `sample`,
@@ -389,9 +453,55 @@ impl GpuModel {
     /// history is left as it is (scoring a known text, as perplexity does).
     pub fn step_logits(&self, seq: &GpuSeq, pos: usize) -> Result<(), GpuError> {
         self.gpu.begin_step();
-        let r = self.record(seq, pos, Output::Logits);
+        let r = self.record(&[(seq, pos)], Output::Logits);
         self.gpu.finish_step();
         r
+    }
+
+    /// One step of several sequences (up to [`MAX_SEQS`]), each at its own
+    /// position, in one submission: the weights are read once for all
+    /// (matrix-matrix products), attention runs per sequence against its
+    /// own cache, and each sequence's token is chosen with its own
+    /// parameters and generator and written into its history. Every
+    /// sequence gets the bits it would get stepped alone. Returns each
+    /// sequence's token on its way back, as [`GpuModel::step_async`].
+    pub fn step_batch(
+        &self,
+        batch: &[(&GpuSeq, usize)],
+        params: &[SampleParams],
+    ) -> Result<Vec<PendingToken>, GpuError> {
+        if batch.is_empty() || batch.len() > MAX_SEQS || params.len() != batch.len() {
+            return Err(GpuError::Shape(format!(
+                "a step of {} sequences with {} parameter sets (1 to {MAX_SEQS} sequences, one set each)",
+                batch.len(),
+                params.len()
+            )));
+        }
+        let staging: Vec<wgpu::Buffer> = batch.iter().map(|_| self.token_staging()).collect();
+        self.gpu.begin_step();
+        let r = self.record(batch, Output::Sample(params));
+        if r.is_ok() {
+            for ((seq, pos), st) in batch.iter().zip(&staging) {
+                self.gpu
+                    .copy((&seq.history, ((pos + 1) * 4) as u64), (st, 0), 4);
+            }
+        }
+        self.gpu.finish_step();
+        r.map(|()| {
+            staging
+                .into_iter()
+                .map(|staging| PendingToken { staging })
+                .collect()
+        })
+    }
+
+    fn token_staging(&self) -> wgpu::Buffer {
+        self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("token"),
+            size: 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
     }
 
     /// [`GpuModel::step`] with token selection that also copies the chosen
@@ -404,12 +514,7 @@ impl GpuModel {
         pos: usize,
         params: &SampleParams,
     ) -> Result<PendingToken, GpuError> {
-        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("token"),
-            size: 4,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.token_staging();
         self.gpu.begin_step();
         let r = self.record_step(seq, pos, Some(params));
         if r.is_ok() {
@@ -427,14 +532,20 @@ impl GpuModel {
         sample: Option<&SampleParams>,
     ) -> Result<(), GpuError> {
         let out = match sample {
-            Some(p) => Output::Sample(p),
+            Some(p) => Output::Sample(std::slice::from_ref(p)),
             None => Output::Nothing,
         };
-        self.record(seq, pos, out)
+        self.record(&[(seq, pos)], out)
     }
 
-    fn record(&self, seq: &GpuSeq, pos: usize, out: Output<'_>) -> Result<(), GpuError> {
-        if pos >= seq.n_ctx {
+    fn record(&self, batch: &[(&GpuSeq, usize)], out: Output<'_>) -> Result<(), GpuError> {
+        let b = batch.len();
+        if b == 0 || b > MAX_SEQS {
+            return Err(GpuError::Shape(format!(
+                "a step of {b} sequences (1 to {MAX_SEQS})"
+            )));
+        }
+        if let Some((seq, pos)) = batch.iter().find(|(seq, pos)| *pos >= seq.n_ctx) {
             return Err(GpuError::Shape(format!(
                 "position {pos} is past the context of {}",
                 seq.n_ctx
@@ -447,55 +558,67 @@ impl GpuModel {
         let e = hp.n_embd;
         let (hd_k, hd_v) = (hp.head_dim_k, hp.head_dim_v);
         let (q_dim, kv_k, kv_v) = (hp.n_head * hd_k, hp.n_head_kv * hd_k, hp.n_head_kv * hd_v);
+        let o_in = hp.n_head * hd_v;
         let scale = if blk.scale_embeddings {
             (e as f32).sqrt()
         } else {
             1.0
         };
+        let positions: Vec<u32> = batch.iter().map(|&(_, pos)| pos as u32).collect();
         g.queue
-            .write_buffer(&s.pos, 0, bytemuck::cast_slice(&[pos as u32]));
-        self.embed
-            .run(g, &self.tok_embd, (&seq.history, &s.x), pos, scale)?;
+            .write_buffer(&s.pos, 0, bytemuck::cast_slice(&positions));
+        for (i, &(seq, pos)) in batch.iter().enumerate() {
+            let dst = if i == 0 { &s.x } else { &s.row.x };
+            self.embed
+                .run(g, &self.tok_embd, (&seq.history, dst), pos, scale)?;
+            put_row(g, &s.row.x, &s.x, i, e);
+        }
         let glu = match blk.activation {
             Activation::SiluGlu => Glu::Silu,
             Activation::GeluGlu => Glu::Gelu,
         };
         for (il, l) in self.layers.iter().enumerate() {
             self.norm
-                .run(g, (&s.x, &l.attn_norm, &s.h), (1, e), hp.rms_eps)?;
-            self.mv(&l.wq, &s.h, &s.q)?;
-            self.mv(&l.wk, &s.h, &s.k)?;
-            self.mv(&l.wv, &s.h, &s.v)?;
+                .run(g, (&s.x, &l.attn_norm, &s.h), (b, e), hp.rms_eps)?;
+            self.mv(&l.wq, (&s.h, &s.q), b)?;
+            self.mv(&l.wk, (&s.h, &s.k), b)?;
+            self.mv(&l.wv, (&s.h, &s.v), b)?;
             if let Some([bq, bk, bv]) = &l.bias {
-                self.ops.add(g, &s.q, bq, q_dim)?;
-                self.ops.add(g, &s.k, bk, kv_k)?;
-                self.ops.add(g, &s.v, bv, kv_v)?;
+                for i in 0..b {
+                    for (v, bias, n, row) in [
+                        (&s.q, bq, q_dim, &s.row.q),
+                        (&s.k, bk, kv_k, &s.row.k),
+                        (&s.v, bv, kv_v, &s.row.v),
+                    ] {
+                        let r = take_row(g, v, row, i, n);
+                        self.ops.add(g, r, bias, n)?;
+                        put_row(g, row, v, i, n);
+                    }
+                }
             }
             if let Some([qn, kn]) = &l.qk_norm {
                 // In place through a copy: a buffer may not be read and
                 // written by one dispatch's separate bindings.
-                self.norm_heads(&s.q, qn, hp.n_head, hd_k, hp.rms_eps)?;
-                self.norm_heads(&s.k, kn, hp.n_head_kv, hd_k, hp.rms_eps)?;
+                self.norm_heads(&s.q, qn, b * hp.n_head, hd_k, hp.rms_eps)?;
+                self.norm_heads(&s.k, kn, b * hp.n_head_kv, hd_k, hp.rms_eps)?;
             }
             let swa = hp.swa_layers[il];
             let table = if swa { &self.rope_swa } else { &self.rope };
             let neox = blk.rope == RopeStyle::Neox;
             self.ops
-                .rope(g, (&s.q, table, &s.pos), 1, hp.n_head, hd_k, hp.n_rot, neox)?;
+                .rope(g, (&s.q, table, &s.pos), b, hp.n_head, hd_k, hp.n_rot, neox)?;
             self.ops.rope(
                 g,
                 (&s.k, table, &s.pos),
-                1,
+                b,
                 hp.n_head_kv,
                 hd_k,
                 hp.n_rot,
                 neox,
             )?;
             if blk.prescale_q {
-                self.ops.scale(g, &s.q, q_dim, hp.attn_scale)?;
+                self.ops.scale(g, &s.q, b * q_dim, hp.attn_scale)?;
             }
-            self.attention.store(g, (&s.k, &seq.kc[il]), kv_k, pos)?;
-            self.attention.store(g, (&s.v, &seq.vc[il]), kv_v, pos)?;
             let shape = Shape {
                 n_head: hp.n_head,
                 n_head_kv: hp.n_head_kv,
@@ -504,56 +627,66 @@ impl GpuModel {
                 scale: if blk.prescale_q { 1.0 } else { hp.attn_scale },
                 window: if swa { hp.sliding_window } else { 0 },
             };
-            self.attention.attend(
-                g,
-                (&s.q, &seq.kc[il], &seq.vc[il], &s.scores, &s.attn),
-                &shape,
-                pos,
-            )?;
-            self.mv(&l.wo, &s.attn, &s.o)?;
+            // Attention runs per sequence, against its own cache.
+            for (i, &(seq, pos)) in batch.iter().enumerate() {
+                let k = take_row(g, &s.k, &s.row.k, i, kv_k);
+                self.attention.store(g, (k, &seq.kc[il]), kv_k, pos)?;
+                let v = take_row(g, &s.v, &s.row.v, i, kv_v);
+                self.attention.store(g, (v, &seq.vc[il]), kv_v, pos)?;
+                let q = take_row(g, &s.q, &s.row.q, i, q_dim);
+                let dst = if i == 0 { &s.attn } else { &s.row.attn };
+                self.attention.attend(
+                    g,
+                    (q, &seq.kc[il], &seq.vc[il], &s.scores, dst),
+                    &shape,
+                    pos,
+                )?;
+                put_row(g, &s.row.attn, &s.attn, i, o_in);
+            }
+            self.mv(&l.wo, (&s.attn, &s.o), b)?;
             if let Some(pn) = &l.post_attn_norm {
-                self.norm.run(g, (&s.o, pn, &s.h), (1, e), hp.rms_eps)?;
-                self.ops.add(g, &s.x, &s.h, e)?;
+                self.norm.run(g, (&s.o, pn, &s.h), (b, e), hp.rms_eps)?;
+                self.ops.add(g, &s.x, &s.h, b * e)?;
             } else {
-                self.ops.add(g, &s.x, &s.o, e)?;
+                self.ops.add(g, &s.x, &s.o, b * e)?;
             }
             self.norm
-                .run(g, (&s.x, &l.ffn_norm, &s.h), (1, e), hp.rms_eps)?;
-            self.mv(&l.gate, &s.h, &s.gate)?;
-            self.mv(&l.up, &s.h, &s.up)?;
-            self.ops.glu(g, glu, (&s.gate, &s.up, &s.act), hp.n_ff)?;
-            self.mv(&l.down, &s.act, &s.o)?;
+                .run(g, (&s.x, &l.ffn_norm, &s.h), (b, e), hp.rms_eps)?;
+            self.mv(&l.gate, (&s.h, &s.gate), b)?;
+            self.mv(&l.up, (&s.h, &s.up), b)?;
+            self.ops
+                .glu(g, glu, (&s.gate, &s.up, &s.act), (b * hp.n_ff, hp.n_ff))?;
+            self.mv(&l.down, (&s.act, &s.o), b)?;
             if let Some(pn) = &l.post_ffn_norm {
-                self.norm.run(g, (&s.o, pn, &s.h), (1, e), hp.rms_eps)?;
-                self.ops.add(g, &s.x, &s.h, e)?;
+                self.norm.run(g, (&s.o, pn, &s.h), (b, e), hp.rms_eps)?;
+                self.ops.add(g, &s.x, &s.h, b * e)?;
             } else {
-                self.ops.add(g, &s.x, &s.o, e)?;
+                self.ops.add(g, &s.x, &s.o, b * e)?;
             }
         }
         if matches!(out, Output::Nothing) {
             return Ok(());
         }
         self.norm
-            .run(g, (&s.x, &self.output_norm, &s.h), (1, e), hp.rms_eps)?;
+            .run(g, (&s.x, &self.output_norm, &s.h), (b, e), hp.rms_eps)?;
         self.mv(
             self.output.as_ref().unwrap_or(&self.tok_embd),
-            &s.h,
-            &s.logits,
+            (&s.h, &s.logits),
+            b,
         )?;
         if hp.final_logit_softcap > 0.0 {
             self.ops
-                .softcap(g, &s.logits, hp.n_vocab, hp.final_logit_softcap)?;
+                .softcap(g, &s.logits, b * hp.n_vocab, hp.final_logit_softcap)?;
         }
         let Output::Sample(params) = out else {
             return Ok(());
         };
-        self.sampler.lock().unwrap_or_else(|e| e.into_inner()).run(
-            g,
-            (&s.logits, &seq.history, &seq.rng),
-            hp.n_vocab,
-            pos + 1,
-            params,
-        )
+        let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, (&(seq, pos), p)) in batch.iter().zip(params).enumerate() {
+            let logits = take_row(g, &s.logits, &s.row.logits, i, hp.n_vocab);
+            sampler.run(g, (logits, &seq.history, &seq.rng), hp.n_vocab, pos + 1, p)?;
+        }
+        Ok(())
     }
 
     /// RMSNorm of each head of `v` in place (via the `attn` scratch).

@@ -86,12 +86,13 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     let i = (g.y * GRID_X + g.x) * 64u + t;
     if (i >= p.x) { return; }
     switch (p.y) {
-        // y = silu(a) * b, as ggml: its SIMD exp for whole groups of 8, libm's
-        // for the tail (here the shader's own exp).
+        // y = silu(a) * b, as ggml: its SIMD exp for whole groups of 8 of a
+        // row (p.w values), libm's for the row's tail (here the shader's
+        // own exp).
         case 0u: {
             let x = a[i];
             var e: f32;
-            if (i < p.x / 8u * 8u) { e = v_expf(-x); } else { e = exp(-x); }
+            if (i % p.w < p.w / 8u * 8u) { e = v_expf(-x); } else { e = exp(-x); }
             y[i] = div(x, 1.0 + e) * b[i];
         }
         // y = gelu(a) * b
@@ -189,43 +190,49 @@ impl Ops {
         &self,
         gpu: &Gpu,
         (y, a, b): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
-        n: usize,
+        (n, row): (usize, usize),
         op: u32,
         param: f32,
     ) {
-        let params = gpu.params(&[n as u32, op, param.to_bits(), 0]);
+        let params = gpu.params(&[n as u32, op, param.to_bits(), row.max(1) as u32]);
         let bind = gpu.bind(&self.elementwise, &[y, a, b, &params]);
         gpu.run(&self.elementwise, &bind, (n as u32).div_ceil(64));
     }
 
-    /// y = act(gate) * up over `n` values.
+    /// y = act(gate) * up over `n` values in rows of `row` (ggml's SiLU
+    /// splits each row between SIMD groups of 8 and a tail).
     pub fn glu(
         &self,
         gpu: &Gpu,
         act: Glu,
         (gate, up, y): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
-        n: usize,
+        (n, row): (usize, usize),
     ) -> Result<(), GpuError> {
         check("glu", &[(gate, n), (up, n), (y, n)])?;
+        if row == 0 || !n.is_multiple_of(row) {
+            return Err(GpuError::Shape(format!(
+                "glu over {n} values in rows of {row}"
+            )));
+        }
         let op = match act {
             Glu::Silu => 0,
             Glu::Gelu => 1,
         };
-        self.elementwise(gpu, (y, gate, up), n, op, 0.0);
+        self.elementwise(gpu, (y, gate, up), (n, row), op, 0.0);
         Ok(())
     }
 
     /// y = cap * tanh(y / cap) over `n` values (Gemma's final logits).
     pub fn softcap(&self, gpu: &Gpu, y: &wgpu::Buffer, n: usize, cap: f32) -> Result<(), GpuError> {
         check("softcap", &[(y, n)])?;
-        self.elementwise(gpu, (y, &self.unused, &self.unused), n, 2, cap);
+        self.elementwise(gpu, (y, &self.unused, &self.unused), (n, n), 2, cap);
         Ok(())
     }
 
     /// y *= c over `n` values.
     pub fn scale(&self, gpu: &Gpu, y: &wgpu::Buffer, n: usize, c: f32) -> Result<(), GpuError> {
         check("scale", &[(y, n)])?;
-        self.elementwise(gpu, (y, &self.unused, &self.unused), n, 4, c);
+        self.elementwise(gpu, (y, &self.unused, &self.unused), (n, n), 4, c);
         Ok(())
     }
 
@@ -238,7 +245,7 @@ impl Ops {
         n: usize,
     ) -> Result<(), GpuError> {
         check("add", &[(y, n), (a, n)])?;
-        self.elementwise(gpu, (y, a, &self.unused), n, 3, 0.0);
+        self.elementwise(gpu, (y, a, &self.unused), (n, n), 3, 0.0);
         Ok(())
     }
 }

@@ -466,12 +466,18 @@ fn glu_softcap_and_add_match_the_cpu() {
         g.scratch_f32("y", n),
     );
     for (act, tol) in [(Glu::Silu, 2e-6f32), (Glu::Gelu, 2e-3)] {
-        ops.glu(g, act, (&gb, &ub, &yb), n).unwrap();
+        // Two rows of 500 (each with a tail past its last group of 8).
+        let row = n / 2;
+        ops.glu(g, act, (&gb, &ub, &yb), (n, row)).unwrap();
         let got = g.read_f32(&yb, n).unwrap();
         let mut want = vec![0f32; n];
-        match act {
-            Glu::Silu => kestrel_cpu::ops::swiglu_portable(&gate, &up, &mut want),
-            Glu::Gelu => kestrel_cpu::ops::geglu_portable(&gate, &up, &mut want),
+        for r in 0..2 {
+            let (gr, ur) = (&gate[r * row..(r + 1) * row], &up[r * row..(r + 1) * row]);
+            let wr = &mut want[r * row..(r + 1) * row];
+            match act {
+                Glu::Silu => kestrel_cpu::ops::swiglu_portable(gr, ur, wr),
+                Glu::Gelu => kestrel_cpu::ops::geglu_portable(gr, ur, wr),
+            }
         }
         let same = (0..n)
             .filter(|&i| got[i].to_bits() == want[i].to_bits())
