@@ -11,9 +11,9 @@
 //! After the model tests it records the peak RSS and then probes the memory
 //! read bandwidth, so the probe's buffer does not inflate the RSS figure.
 //!
-//! `--device gpu` runs the same tests on the GPU model: `ppN` feeds the
-//! prompt one token per step (there is no batched GPU prefill yet) and
-//! waits for the last; `tgN` is the pipelined decode loop, each step's
+//! `--device gpu` runs the same tests on the GPU model: `ppN` prefills the
+//! prompt in chunks of positions that share weight reads and waits for the
+//! last token; `tgN` is the pipelined decode loop, each step's
 //! token chosen greedily on the device and fed to the next step there,
 //! read back one step behind. The bandwidth probe (host memory) is skipped.
 
@@ -352,15 +352,13 @@ fn plain_greedy() -> kestrel_gpu::sample::SampleParams {
     }
 }
 
-/// The prompt through the GPU model one token per step from a fresh
-/// sequence; the clock stops when the last step's token is back.
+/// The prompt through the GPU model from a fresh sequence, prefilled in
+/// chunks; the clock stops when the last step's token is back.
 fn gpu_prompt(model: &kestrel_gpu::model::GpuModel, tokens: &[u32]) -> Result<u64> {
     let seq = model.new_seq();
     model.write_tokens(&seq, 0, tokens)?;
     let t0 = Instant::now();
-    for pos in 0..tokens.len() - 1 {
-        model.step(&seq, pos, None)?;
-    }
+    model.prefill(&seq, 0, tokens.len() - 1)?;
     let last = model.step_async(&seq, tokens.len() - 1, &plain_greedy())?;
     std::hint::black_box(last.wait(&model.gpu)?);
     Ok(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX))

@@ -86,9 +86,7 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
     model.set_rng(&seq, kestrel_sampling::XorShift::new(sp.seed).state());
     model.write_tokens(&seq, 0, tokens)?;
     let t0 = std::time::Instant::now();
-    for pos in 0..tokens.len() - 1 {
-        model.step(&seq, pos, None)?;
-    }
+    model.prefill(&seq, 0, tokens.len() - 1)?;
     let t1 = std::time::Instant::now();
     let mut decoder = StreamDecoder::new(&engine.tokenizer, false);
     let stdout = std::io::stdout();

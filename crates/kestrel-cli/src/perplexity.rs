@@ -2,8 +2,8 @@
 //! running per-chunk values (`[1]16.3211,[2]…`) and the final estimate go to
 //! stdout, progress and timings to stderr. The method itself lives in
 //! `kestrel_engine::perplexity`. `--device gpu` scores each chunk on the
-//! GPU model, one token per step (no batched GPU prefill yet), reading the
-//! logits of every scored position back.
+//! GPU model: the unscored first half prefilled in chunks of positions,
+//! then one step per scored position, its logits read back.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -184,11 +184,8 @@ fn gpu_log_likelihoods(
     let seq = model.new_seq();
     model.write_tokens(&seq, 0, chunk)?;
     let mut lls = Vec::with_capacity(chunk.len().saturating_sub(first + 1));
-    for pos in 0..chunk.len() - 1 {
-        if pos < first {
-            model.step(&seq, pos, None)?;
-            continue;
-        }
+    model.prefill(&seq, 0, first)?;
+    for pos in first..chunk.len() - 1 {
         model.step_logits(&seq, pos)?;
         let row = model.read_logits()?;
         lls.push(kestrel_engine::perplexity::log_softmax(

@@ -4,9 +4,10 @@
 //! sampling), with what no class accounts for shown as "sync, other".
 //!
 //! `--device gpu` times every pass on the device with timestamp queries
-//! (where the adapter has them) and breaks the prompt's one-token steps
-//! and the decode steps down by kernel class the same way; the wall time
-//! per step comes from a separate run without the timing.
+//! (where the adapter has them) and breaks the prompt (prefilled in chunks
+//! of positions sharing weight reads) and the decode steps down by kernel
+//! class the same way; the wall time comes from a separate run without the
+//! timing.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -209,9 +210,7 @@ fn gpu_profile(engine: &Engine, a: &ProfileArgs, tokens: &[u32]) -> Result<()> {
     model.write_tokens(&seq, 0, &tokens[..n_prompt])?;
     model.step_async(&seq, 0, &greedy)?.wait(g)?;
     let t0 = Instant::now();
-    for pos in 0..n_prompt - 1 {
-        model.step(&seq, pos, None)?;
-    }
+    model.prefill(&seq, 0, n_prompt - 1)?;
     let mut pending = model.step_async(&seq, n_prompt - 1, &greedy)?;
     pending = {
         let next = model.step_async(&seq, n_prompt, &greedy)?;
@@ -235,8 +234,10 @@ fn gpu_profile(engine: &Engine, a: &ProfileArgs, tokens: &[u32]) -> Result<()> {
         let seq = model.new_seq();
         model.write_tokens(&seq, 0, &tokens[..n_prompt])?;
         g.set_profiling(true);
-        for pos in 0..n_prompt - 1 {
-            model.step(&seq, pos, None)?;
+        // A chunk at a time: the query set holds 2048 passes.
+        for from in (0..n_prompt - 1).step_by(kestrel_gpu::model::MAX_SEQS) {
+            let n = (n_prompt - 1 - from).min(kestrel_gpu::model::MAX_SEQS);
+            model.prefill(&seq, from, n)?;
             add_passes(&mut prefill, g.take_profile()?);
         }
         for pos in n_prompt - 1..n_prompt - 1 + a.n_gen {
@@ -257,7 +258,8 @@ fn gpu_profile(engine: &Engine, a: &ProfileArgs, tokens: &[u32]) -> Result<()> {
     println!();
     let prompt_steps = (n_prompt - 1).max(1);
     println!(
-        "prefill, {n_prompt} tokens one per step: {:.2} ms ({:.1} t/s)",
+        "prefill, {n_prompt} tokens in chunks of {}: {:.2} ms ({:.1} t/s)",
+        kestrel_gpu::model::MAX_SEQS,
         ms(prefill_wall),
         n_prompt as f64 / prefill_wall.as_secs_f64()
     );

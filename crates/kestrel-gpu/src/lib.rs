@@ -17,15 +17,14 @@
 //! activation quant: on SmolLM2 the logits differ by about 2% of their
 //! spread (`examples/logitdiff.rs` measures it).
 //!
-//! [`model`] runs a whole model one token per step, for one sequence or
-//! several together (weights read once per step; each sequence gets the
-//! bits it gets alone): the forward pass and token selection (the CPU
-//! sampler's whole chain, drawing its tokens bit for bit from the same
-//! logits and seed) recorded into one submission, read back one step
-//! behind.
+//! [`model`] runs a whole model, a step for one sequence or several
+//! together and a prompt in chunks of positions (weights read once per
+//! step or chunk; each row gets the bits it gets alone): the forward pass
+//! and token selection (the CPU sampler's whole chain, drawing its tokens
+//! bit for bit from the same logits and seed) recorded into one
+//! submission, read back one step behind.
 //!
-//! Not yet: a prompt as one matrix-matrix batch (prompts go one token per
-//! step), and the server on the GPU.
+//! Not yet: the server on the GPU.
 
 pub mod attention;
 pub mod embed;

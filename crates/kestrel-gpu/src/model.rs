@@ -1,8 +1,10 @@
-//! A model's forward pass on the GPU, one token at a time, with greedy
-//! token selection on the device: the token at `pos` is read from the
-//! sequence's history buffer by the embedding lookup, and the chosen next
-//! token is written back into it at `pos + 1`, so a decode step needs
-//! nothing from the host but its position.
+//! A model's forward pass on the GPU with token selection on the device:
+//! the token at `pos` is read from the sequence's history buffer by the
+//! embedding lookup, and the chosen next token is written back into it at
+//! `pos + 1`, so a decode step needs nothing from the host but its
+//! position. A step carries one sequence or several
+//! ([`GpuModel::step_batch`]); a prompt goes in chunks of positions
+//! ([`GpuModel::prefill`]); either way each row gets the bits it gets alone.
 //!
 //! Covers the llama, mistral, qwen2, qwen3 and gemma3 blocks (biases, q/k
 //! norms, post norms, scaled embeddings, sliding windows, softcap); fused
@@ -13,8 +15,8 @@
 //! which the host maps after submitting the next step (see
 //! [`GpuModel::step_async`]), so the device runs steps back to back.
 //!
-//! Not yet: batched prefill (prompts go one token per step), sampling
-//! beyond greedy, several sequences per step.
+//! Not yet: prompt chunks wider than [`MAX_SEQS`] positions, or attention
+//! for a chunk's queries in one dispatch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -446,6 +448,26 @@ impl GpuModel {
         let r = self.record_step(seq, pos, sample);
         self.gpu.finish_step();
         r
+    }
+
+    /// Runs the tokens at `history[from..from + n]` through the model (only
+    /// the KV cache is kept), up to [`MAX_SEQS`] positions per submission:
+    /// the positions of a chunk share every weight read as the sequences
+    /// of [`GpuModel::step_batch`] do, and each token's attention runs
+    /// after its own keys are stored and sees no later ones, so the cache
+    /// gets the bits one-token steps give it. Does not wait.
+    pub fn prefill(&self, seq: &GpuSeq, from: usize, n: usize) -> Result<(), GpuError> {
+        let mut pos = from;
+        while pos < from + n {
+            let take = (from + n - pos).min(MAX_SEQS);
+            let batch: Vec<(&GpuSeq, usize)> = (pos..pos + take).map(|p| (seq, p)).collect();
+            self.gpu.begin_step();
+            let r = self.record(&batch, Output::Nothing);
+            self.gpu.finish_step();
+            r?;
+            pos += take;
+        }
+        Ok(())
     }
 
     /// Runs the token at `history[pos]` through the model and computes the
