@@ -1,8 +1,11 @@
 //! `run --device gpu`: the prompt goes through the GPU model one token per
 //! step, then each step's token is chosen on the device (the CPU sampler's
 //! whole chain, seeded the same way) and read back one step behind, for
-//! printing. What the GPU path does not do yet (stop strings, logprobs) is
-//! refused with a message.
+//! printing. Stop strings are matched on the host one step behind, on the
+//! text as it streams: the step already submitted when a stop completes is
+//! simply never read, so the output is what the CPU path would print for
+//! the same tokens. What the GPU path does not do yet (logprobs) is refused
+//! with a message.
 
 use std::io::Write;
 
@@ -11,6 +14,7 @@ use kestrel_engine::{Engine, GenerateParams};
 use kestrel_gpu::model::GpuModel;
 use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
+use kestrel_sampling::StopMatcher;
 use kestrel_tokenizer::StreamDecoder;
 
 /// Where `run` computes.
@@ -43,8 +47,8 @@ pub fn choose(device: Device, n_gpu_layers: Option<i64>) -> Device {
 
 pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<()> {
     let sp = &params.sampler;
-    if !params.stop.is_empty() || params.n_probs > 0 {
-        bail!("--device gpu does not do stop strings (-r) or --n-probs yet; use --device cpu");
+    if params.n_probs > 0 {
+        bail!("--device gpu does not do --n-probs yet; use --device cpu");
     }
     if tokens.is_empty() || tokens.len() >= params.n_ctx {
         bail!(
@@ -96,6 +100,7 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
     // submitted after the last token is simply not read.
     let mut pos = tokens.len() - 1;
     let mut generated = 0i64;
+    let mut stop = StopMatcher::new(params.stop.iter().cloned());
     let mut pending = model.step_async(&seq, pos, &sample)?;
     while params.n_predict < 0 || generated < params.n_predict {
         let next = (pos + 2 < params.n_ctx)
@@ -105,16 +110,24 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
         if !params.ignore_eos && engine.tokenizer.is_eog(token) {
             break;
         }
-        out.write_all(decoder.push(token).as_bytes())?;
+        let shown = stop.push(&decoder.push(token));
+        out.write_all(shown.text.as_bytes())?;
         out.flush()?;
         generated += 1;
+        if shown.stopped {
+            break;
+        }
         pos += 1;
         match next {
             Some(n) => pending = n,
             None => break,
         }
     }
-    out.write_all(decoder.finish().as_bytes())?;
+    if !stop.is_stopped() {
+        let tail = stop.push(&decoder.finish());
+        out.write_all(tail.text.as_bytes())?;
+        out.write_all(stop.finish().as_bytes())?;
+    }
     out.flush()?;
     let secs = |a: std::time::Instant, b: std::time::Instant| (b - a).as_secs_f64().max(1e-9);
     eprintln!(

@@ -174,8 +174,8 @@ struct RunArgs {
     /// host work instead of overlapping them (same output; for comparison).
     #[arg(long = "no-pipeline")]
     no_pipeline: bool,
-    /// Where to compute: cpu, gpu (wgpu: Vulkan, Metal, DX12; no -r or
-    /// --n-probs there yet), or auto (a hardware GPU if there is one).
+    /// Where to compute: cpu, gpu (wgpu: Vulkan, Metal, DX12; no --n-probs
+    /// there yet), or auto (a hardware GPU if there is one).
     #[arg(long = "device", value_enum, default_value = "cpu")]
     device: gpu::Device,
     /// llama.cpp's `-ngl`: any value above 0 puts every layer on the GPU.

@@ -35,10 +35,7 @@ fn run_on_the_gpu_refuses_what_it_cannot_do_yet() {
     assert!(model.exists(), "run scripts/fetch-models.sh");
     for (extra, needle) in [
         (&["--device", "gpu", "--n-probs", "3"][..], "--n-probs"),
-        (
-            &["-ngl", "99", "--temp", "0", "-r", "x"][..],
-            "stop strings",
-        ),
+        (&["-ngl", "99", "--n-probs", "1"][..], "--n-probs"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
             .args(["run", "-m"])
@@ -210,4 +207,36 @@ fn perplexity_on_the_gpu_agrees_with_the_cpu() {
     let cpu = ppl(&[]);
     let gpu = ppl(&["--device", "gpu"]);
     assert!((gpu - cpu).abs() <= 0.05 * cpu, "gpu {gpu} cpu {cpu}");
+}
+
+/// Stop strings on the GPU path, matched one step behind: the output is
+/// the GPU's own greedy text cut just before the stop string.
+#[test]
+fn run_on_the_gpu_stops_at_a_stop_string() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args(["run", "-m"])
+            .arg(&model)
+            .args(["-p", "Once upon a time", "--raw", "-n", "10", "--temp", "0"])
+            .args(["--device", "gpu"])
+            .args(extra)
+            .output()
+            .expect("kestrel runs");
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let full = run(&[]);
+    // A word from the middle of the text as the stop string.
+    let words: Vec<&str> = full.split_whitespace().collect();
+    assert!(words.len() >= 4, "{full:?}");
+    let stop = words[words.len() / 2];
+    let cut = &full[..full.find(stop).unwrap()];
+    assert_eq!(run(&["-r", stop]), cut, "stop string {stop:?} in {full:?}");
 }
