@@ -88,20 +88,7 @@ const STORE: &str = r#"
 // values per row (even), position
 @group(0) @binding(2) var<uniform> p: vec4<u32>;
 
-// The f16 bits of x, rounded to nearest even as the CPU rounds: WGSL
-// leaves pack2x16float's rounding to the implementation.
-fn f16bits(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    let sign = (b >> 16u) & 0x8000u;
-    let a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) { return sign | 0x7e00u; }
-    if (a >= 0x477ff000u) { return sign | 0x7c00u; }
-    if (a >= 0x38800000u) {
-        return sign | ((a + 0xfffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
-    }
-    // Below the smallest normal half: multiples of 2^-24, ties to even.
-    return sign | u32(round(bitcast<f32>(a) * 16777216.0));
-}
+F16_ROUND
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -143,7 +130,13 @@ impl Attention {
                     ),
                 ),
             ),
-            store: gpu.pipeline("kv store", STORE),
+            store: gpu.pipeline(
+                "kv store",
+                &STORE.replace(
+                    "F16_ROUND",
+                    &format!("{}{}", crate::matvec::F16_ROUND, crate::matvec::HALF),
+                ),
+            ),
         }
     }
 

@@ -110,7 +110,7 @@ impl ActQuant {
             GgmlType::Q8_K => Q8_K,
             _ => return Err(GpuError::Unsupported(ty)),
         };
-        let src = format!("{QUANT_HEADER}\n{EXACT_DIV}\n{F16_ROUND}\n{body}")
+        let src = format!("{QUANT_HEADER}\n{EXACT_DIV}\n{HALF}\n{F16_ROUND}\n{body}")
             .replace("META", &meta_words(ty).to_string());
         let block = if ty == GgmlType::Q8_K { 256 } else { 32 };
         let blocks = cap.div_ceil(block).max(1);
@@ -437,48 +437,68 @@ fn half(b: u32) -> f32 {
 }
 "#;
 
-/// `f16r(x)`: x rounded to the nearest f16 (ties to even), as an f32. WGSL
-/// leaves the rounding of its own f16 conversions to the implementation,
-/// and the CPU rounds scales to even.
+/// `f16bits(x)` and `f16r(x)`: x rounded to the nearest f16 (ties to
+/// even), as its bits or as an f32 (with [`HALF`]). WGSL leaves the
+/// rounding of its own f16 conversions to the implementation, and the CPU
+/// rounds to even.
 pub(crate) const F16_ROUND: &str = r#"
-fn f16r(x: f32) -> f32 {
-    let a = abs(x);
-    if (a < 6.103515625e-05) {
-        // Subnormal halves are multiples of 2^-24; round() ties to even.
-        return sign(x) * round(a * 16777216.0) * 5.9604644775390625e-08;
-    }
+// The f16 bits of x, rounded to nearest even as the CPU rounds: WGSL
+// leaves pack2x16float's rounding to the implementation.
+fn f16bits(x: f32) -> u32 {
     let b = bitcast<u32>(x);
-    let r = (b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u;
-    if ((r & 0x7fffffffu) > 0x477fe000u) {
-        return bitcast<f32>((b & 0x80000000u) | 0x7f800000u);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) { return sign | 0x7e00u; }
+    if (a >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (a >= 0x38800000u) {
+        return sign | ((a + 0xfffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
     }
-    return bitcast<f32>(r);
+    // Below the smallest normal half: multiples of 2^-24, ties to even.
+    return sign | u32(round(bitcast<f32>(a) * 16777216.0));
 }
+
+// x rounded to the nearest f16, as an f32 (needs `half`).
+fn f16r(x: f32) -> f32 { return half(f16bits(x)); }
 "#;
 
-/// `div(a, b)`: IEEE division, rounded as the CPU rounds it.
+/// `div_exact(a_bits, b_bits)` and `div(a, b)`: IEEE division, rounded
+/// to nearest even as the CPU's division is, in integers: WGSL's division
+/// may be off by an ulp or two and its fma need not be fused (lavapipe's
+/// is not), so neither can correct the other.
 pub(crate) const EXACT_DIV: &str = r#"
-// a / b correctly rounded (to nearest even) for normal a, b and quotient,
-// by long division of the 24-bit significands in integers: WGSL's division
-// may be off by an ulp or two, fma may not be fused (lavapipe's is not),
-// and the CPU's scales come from IEEE division. Anything else (zero,
-// subnormal, inf) falls back to the native division.
-fn div(a: f32, b: f32) -> f32 {
-    let ba = bitcast<u32>(a);
-    let bb = bitcast<u32>(b);
-    let ea = i32((ba >> 23u) & 0xffu);
-    let eb = i32((bb >> 23u) & 0xffu);
-    if (ea == 0 || eb == 0 || ea == 255 || eb == 255) { return a / b; }
-    let mb = (bb & 0x7fffffu) | 0x800000u;
-    var r = (ba & 0x7fffffu) | 0x800000u;
-    var e = ea - eb + 127;
-    if (r < mb) {
-        r <<= 1u;
-        e -= 1;
+// a / b rounded to nearest even as IEEE division does, for a positive
+// finite a, in integers: WGSL's division need not be correctly rounded.
+fn div_exact(ab: u32, bb: u32) -> u32 {
+    let sign = bb & 0x80000000u;
+    let bm = bb & 0x7fffffffu;
+    if (bm > 0x7f800000u) { return 0x7fc00000u; }
+    if (bm == 0x7f800000u) { return sign; }
+    if (bm == 0u) { return sign | 0x7f800000u; }
+    var ea = i32(ab >> 23u);
+    var ma = ab & 0x7fffffu;
+    if (ea == 0i) {
+        ea = 1i;
+        while ((ma & 0x800000u) == 0u) { ma <<= 1u; ea -= 1i; }
+    } else {
+        ma |= 0x800000u;
     }
-    // 24 quotient bits and a guard bit; what remains is the sticky part.
+    var eb = i32(bm >> 23u);
+    var mb = bm & 0x7fffffu;
+    if (eb == 0i) {
+        eb = 1i;
+        while ((mb & 0x800000u) == 0u) { mb <<= 1u; eb -= 1i; }
+    } else {
+        mb |= 0x800000u;
+    }
+    var e = ea - eb + 127i;
+    if (ma < mb) {
+        ma <<= 1u;
+        e -= 1i;
+    }
+    // 26 quotient bits (the leading one at bit 25), then a sticky bit.
     var q = 0u;
-    for (var i = 0u; i < 25u; i++) {
+    var r = ma;
+    for (var i = 0u; i < 26u; i++) {
         q <<= 1u;
         if (r >= mb) {
             r -= mb;
@@ -486,15 +506,40 @@ fn div(a: f32, b: f32) -> f32 {
         }
         r <<= 1u;
     }
-    let guard = q & 1u;
-    q >>= 1u;
-    if (guard == 1u && (r != 0u || (q & 1u) == 1u)) { q += 1u; }
-    if (q == 0x1000000u) {
-        q >>= 1u;
-        e += 1;
+    let sticky = r != 0u;
+    // Bits below the result's last place: 2 for a normal result, more
+    // for a subnormal one.
+    var drop = 2u;
+    if (e < 1i) {
+        if (e < -25i) { return sign; }
+        drop = u32(3i - e);
+        e = 0i;
     }
-    if (e <= 0 || e >= 255) { return a / b; }
-    return bitcast<f32>(((ba ^ bb) & 0x80000000u) | (u32(e) << 23u) | (q & 0x7fffffu));
+    var m = q >> drop;
+    let rest = q & ((1u << drop) - 1u);
+    let halfway = 1u << (drop - 1u);
+    if (rest > halfway || (rest == halfway && (sticky || (m & 1u) != 0u))) {
+        m += 1u;
+    }
+    if (e == 0i) {
+        // A subnormal (or, rounded up, the smallest normal: m = 2^23).
+        return sign | m;
+    }
+    if (m == 0x1000000u) {
+        m >>= 1u;
+        e += 1i;
+    }
+    if (e >= 255i) { return sign | 0x7f800000u; }
+    return sign | (u32(e) << 23u) | (m & 0x7fffffu);
+}
+
+// a / b for finite a (0 / b is a signed zero).
+fn div(a: f32, b: f32) -> f32 {
+    let ab = bitcast<u32>(a);
+    if ((ab & 0x7fffffffu) == 0u) {
+        return bitcast<f32>((ab ^ bitcast<u32>(b)) & 0x80000000u);
+    }
+    return bitcast<f32>(div_exact(ab & 0x7fffffffu, bitcast<u32>(b)) ^ (ab & 0x80000000u));
 }
 "#;
 

@@ -173,7 +173,7 @@ fn main(@builtin(local_invocation_index) t: u32) {
 impl GreedySampler {
     pub fn new(gpu: &Gpu) -> GreedySampler {
         GreedySampler {
-            pipeline: gpu.pipeline("greedy sampler", &[SRC, DIV_EXACT].concat()),
+            pipeline: gpu.pipeline("greedy sampler", &[SRC, crate::matvec::EXACT_DIV].concat()),
             seen: Default::default(),
         }
     }
@@ -402,76 +402,6 @@ fn cmp_key(b: u32) -> u32 {
 
 fn gid(wg: vec3<u32>, t: u32) -> u32 {
     return (wg.y * GRID_X + wg.x) * 256u + t;
-}
-"#;
-
-/// Division for the repetition penalty.
-const DIV_EXACT: &str = r#"
-// a / b rounded to nearest even as IEEE division does, for a positive
-// finite a, in integers: WGSL's division need not be correctly rounded.
-fn div_exact(ab: u32, bb: u32) -> u32 {
-    let sign = bb & 0x80000000u;
-    let bm = bb & 0x7fffffffu;
-    if (bm > 0x7f800000u) { return 0x7fc00000u; }
-    if (bm == 0x7f800000u) { return sign; }
-    if (bm == 0u) { return sign | 0x7f800000u; }
-    var ea = i32(ab >> 23u);
-    var ma = ab & 0x7fffffu;
-    if (ea == 0i) {
-        ea = 1i;
-        while ((ma & 0x800000u) == 0u) { ma <<= 1u; ea -= 1i; }
-    } else {
-        ma |= 0x800000u;
-    }
-    var eb = i32(bm >> 23u);
-    var mb = bm & 0x7fffffu;
-    if (eb == 0i) {
-        eb = 1i;
-        while ((mb & 0x800000u) == 0u) { mb <<= 1u; eb -= 1i; }
-    } else {
-        mb |= 0x800000u;
-    }
-    var e = ea - eb + 127i;
-    if (ma < mb) {
-        ma <<= 1u;
-        e -= 1i;
-    }
-    // 26 quotient bits (the leading one at bit 25), then a sticky bit.
-    var q = 0u;
-    var r = ma;
-    for (var i = 0u; i < 26u; i++) {
-        q <<= 1u;
-        if (r >= mb) {
-            r -= mb;
-            q |= 1u;
-        }
-        r <<= 1u;
-    }
-    let sticky = r != 0u;
-    // Bits below the result's last place: 2 for a normal result, more
-    // for a subnormal one.
-    var drop = 2u;
-    if (e < 1i) {
-        if (e < -25i) { return sign; }
-        drop = u32(3i - e);
-        e = 0i;
-    }
-    var m = q >> drop;
-    let rest = q & ((1u << drop) - 1u);
-    let half = 1u << (drop - 1u);
-    if (rest > half || (rest == half && (sticky || (m & 1u) != 0u))) {
-        m += 1u;
-    }
-    if (e == 0i) {
-        // A subnormal (or, rounded up, the smallest normal: m = 2^23).
-        return sign | m;
-    }
-    if (m == 0x1000000u) {
-        m >>= 1u;
-        e += 1i;
-    }
-    if (e >= 255i) { return sign | 0x7f800000u; }
-    return sign | (u32(e) << 23u) | (m & 0x7fffffu);
 }
 "#;
 
@@ -1138,7 +1068,7 @@ impl Sampler {
     pub fn new(gpu: &Gpu) -> Sampler {
         let make = |label: &str, parts: &[&str]| gpu.pipeline(label, &parts.concat());
         Sampler {
-            adjust: make("sample adjust", &[COMMON, DIV_EXACT, ADJUST]),
+            adjust: make("sample adjust", &[COMMON, crate::matvec::EXACT_DIV, ADJUST]),
             sel_hist: make("sample select histogram", &[COMMON, SEL_HIST]),
             sel_choose: make("sample select digit", &[COMMON, SEL_CHOOSE]),
             cmp_count: make("sample pool count", &[COMMON, PLAN, CMP_COUNT]),
@@ -1390,7 +1320,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3
 pub fn divide_on_device(gpu: &Gpu, pairs: &[(f32, f32)]) -> Result<Vec<f32>, GpuError> {
     let pipeline = gpu.pipeline(
         "sample division probe",
-        &[COMMON, DIV_EXACT, DIV_PROBE].concat(),
+        &[COMMON, crate::matvec::EXACT_DIV, DIV_PROBE].concat(),
     );
     let flat: Vec<f32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
     let io = gpu.upload_f32("division probe", &flat)?;
