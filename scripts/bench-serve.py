@@ -15,6 +15,9 @@ and a last table compares the two. Python standard library only.
 
 usage: scripts/bench-serve.py [-m MODEL] [--bin KESTREL] [--peer LLAMA_SERVER]
                               [-n TOKENS] [--reps R] [-t THREADS] [--levels 1,2,4,8]
+                              [--device cpu|gpu]
+
+--device gpu runs kestrel's batch on the GPU (the peer then gets -ngl 99).
 """
 
 import argparse
@@ -141,16 +144,19 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--levels", default="1,2,4,8")
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     slots, ctx = str(max(levels)), str(max(levels) * 1024)
     common = ["-m", a.model, "--port", "{port}", "-np", slots, "-c", ctx, "-t", str(a.threads)]
     print(f"model: {os.path.basename(a.model)}, {a.tokens} tokens per stream, "
           f"{a.threads} threads, {a.reps} runs per level")
-    ours = measure([a.bin, "serve"] + common, levels, a.tokens, a.reps)
+    print(f"device: {a.device}")
+    ours = measure([a.bin, "serve", "--device", a.device] + common, levels, a.tokens, a.reps)
     table("kestrel serve", ours)
     if a.peer:
-        peer = measure([a.peer] + common, levels, a.tokens, a.reps)
+        ngl = ["-ngl", "99" if a.device == "gpu" else "0"]
+        peer = measure([a.peer] + common + ngl, levels, a.tokens, a.reps)
         table("llama-server", peer)
         print("\n| streams | kestrel / llama-server |\n|---:|---:|")
         for (n, k, _), (_, p, _) in zip(ours, peer):

@@ -1,21 +1,18 @@
-//! `run --device gpu`: the prompt goes through the GPU model one token per
-//! step, then each step's token is chosen on the device (the CPU sampler's
-//! whole chain, seeded the same way) and read back one step behind, for
-//! printing. Stop strings are matched on the host one step behind, on the
-//! text as it streams: the step already submitted when a stop completes is
-//! simply never read, so the output is what the CPU path would print for
-//! the same tokens. What the GPU path does not do yet (logprobs) is refused
-//! with a message.
+//! `run --device gpu`: the request runs as the only sequence of a GPU
+//! batch ([`kestrel_engine::Batch::on_gpu`]), the server's path: the prompt
+//! is prefilled, then each step's token is chosen on the device (the CPU
+//! sampler's whole chain, seeded the same way) and read back one step
+//! behind, after the next step is submitted. Stop strings, EOS and logprobs
+//! (`--n-probs`, from the step's logits) are handled on the host as the
+//! tokens come back, so the output is what the CPU path would print for the
+//! same tokens.
 
 use std::io::Write;
 
 use anyhow::{bail, Result};
-use kestrel_engine::{Engine, GenerateParams};
+use kestrel_engine::{AdmitError, Batch, Engine, GenerateParams, TokenEvent};
 use kestrel_gpu::model::GpuModel;
-use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
-use kestrel_sampling::StopMatcher;
-use kestrel_tokenizer::StreamDecoder;
 
 /// Where `run` computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -46,10 +43,6 @@ pub fn choose(device: Device, n_gpu_layers: Option<i64>) -> Device {
 }
 
 pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<()> {
-    let sp = &params.sampler;
-    if params.n_probs > 0 {
-        bail!("--device gpu does not do --n-probs yet; use --device cpu");
-    }
     if tokens.is_empty() || tokens.len() >= params.n_ctx {
         bail!(
             "the prompt has {} tokens, which does not fit the context of {}",
@@ -65,76 +58,38 @@ pub fn run(engine: &Engine, tokens: &[u32], params: &GenerateParams) -> Result<(
         engine.model.spec.clone(),
         params.n_ctx,
     )?;
-    let mut logit_bias = sp.logit_bias.clone();
-    if params.ignore_eos {
-        logit_bias.extend(
-            engine
-                .tokenizer
-                .eog_ids()
-                .iter()
-                .map(|&id| (id, f32::NEG_INFINITY)),
-        );
+    // One slot, the whole prompt in the first step.
+    let mut batch = Batch::on_gpu(engine, &model, 1, params.n_ctx, tokens.len())?;
+    let mut out = std::io::stdout().lock();
+    let mut index = 0usize;
+    let sink = Box::new(move |ev: &TokenEvent<'_>| {
+        if let Some(lp) = ev.logprobs {
+            index += 1;
+            // stdout stays the generated text only; probabilities go to stderr.
+            let _ = out.flush();
+            eprintln!("{}", crate::format_probs(engine, index, lp));
+        }
+        ev.text.is_empty() || (out.write_all(ev.text.as_bytes()).is_ok() && out.flush().is_ok())
+    });
+    match batch.admit(0, tokens.to_vec(), params, false, sink) {
+        Ok(_) => {}
+        Err(AdmitError::Invalid(e)) => return Err(e.into()),
+        Err(AdmitError::Busy) => bail!("internal error: the slot is busy"),
     }
-    let sample = SampleParams {
-        temperature: sp.temperature,
-        top_k: sp.top_k,
-        top_p: sp.top_p,
-        min_p: sp.min_p,
-        repeat_penalty: sp.repeat_penalty,
-        repeat_last_n: sp.repeat_last_n,
-        frequency_penalty: sp.frequency_penalty,
-        presence_penalty: sp.presence_penalty,
-        logit_bias,
+    let result = loop {
+        if let Some((_, r)) = batch.step().pop() {
+            break r?;
+        }
     };
-    let seq = model.new_seq();
-    model.set_rng(&seq, kestrel_sampling::XorShift::new(sp.seed).state());
-    model.write_tokens(&seq, 0, tokens)?;
-    let t0 = std::time::Instant::now();
-    model.prefill(&seq, 0, tokens.len() - 1)?;
-    let t1 = std::time::Instant::now();
-    let mut decoder = StreamDecoder::new(&engine.tokenizer, false);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    // Pipelined: step N+1 is submitted before step N's token is read back
-    // (the device reads it from the history buffer itself); a step
-    // submitted after the last token is simply not read.
-    let mut pos = tokens.len() - 1;
-    let mut generated = 0i64;
-    let mut stop = StopMatcher::new(params.stop.iter().cloned());
-    let mut pending = model.step_async(&seq, pos, &sample)?;
-    while params.n_predict < 0 || generated < params.n_predict {
-        let next = (pos + 2 < params.n_ctx)
-            .then(|| model.step_async(&seq, pos + 1, &sample))
-            .transpose()?;
-        let token = pending.wait(&model.gpu)?;
-        if !params.ignore_eos && engine.tokenizer.is_eog(token) {
-            break;
-        }
-        let shown = stop.push(&decoder.push(token));
-        out.write_all(shown.text.as_bytes())?;
-        out.flush()?;
-        generated += 1;
-        if shown.stopped {
-            break;
-        }
-        pos += 1;
-        match next {
-            Some(n) => pending = n,
-            None => break,
-        }
-    }
-    if !stop.is_stopped() {
-        let tail = stop.push(&decoder.finish());
-        out.write_all(tail.text.as_bytes())?;
-        out.write_all(stop.finish().as_bytes())?;
-    }
-    out.flush()?;
-    let secs = |a: std::time::Instant, b: std::time::Instant| (b - a).as_secs_f64().max(1e-9);
+    drop(batch);
+    let stats = &result.stats;
     eprintln!(
-        "\nprompt: {} tokens, {:.1} t/s | generated: {generated} tokens, {:.1} t/s (gpu)",
-        tokens.len(),
-        (tokens.len() - 1) as f64 / secs(t0, t1),
-        generated as f64 / secs(t1, std::time::Instant::now())
+        "\nprompt: {} tokens, {:.1} t/s | generated: {} tokens, {:.1} t/s | stop: {:?} (gpu)",
+        stats.prompt_tokens,
+        stats.prompt_tps(),
+        stats.generated_tokens,
+        stats.generate_tps(),
+        stats.stop
     );
     Ok(())
 }

@@ -90,6 +90,13 @@ struct ServeArgs {
     /// Requests that may wait while every slot is busy; beyond that, 503.
     #[arg(long = "max-queue", default_value_t = 64)]
     max_queue: usize,
+    /// Where the batch runs: cpu, gpu (tokens chosen on the device), or
+    /// auto (a hardware GPU if there is one).
+    #[arg(long = "device", value_enum, default_value = "cpu")]
+    device: gpu::Device,
+    /// llama.cpp's `-ngl`: any value above 0 puts every layer on the GPU.
+    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
+    n_gpu_layers: Option<i64>,
     #[command(flatten)]
     weights: WeightArgs,
 }
@@ -243,6 +250,8 @@ fn main() -> ExitCode {
         for a in &mut args[2..] {
             if a == "-np" {
                 *a = "--parallel".into();
+            } else if a == "-ngl" {
+                *a = "--n-gpu-layers".into();
             }
         }
     }
@@ -349,6 +358,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         n_predict: a.n_predict,
         queue: a.max_queue,
         backing: a.weights.backing(),
+        gpu: gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu,
     })
 }
 

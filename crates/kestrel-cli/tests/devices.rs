@@ -27,26 +27,38 @@ fn devices_lists_an_adapter() {
     );
 }
 
-/// What the GPU path does not do yet is refused by name, not ignored.
+/// `--n-probs` on the GPU: one stderr line per generated token, the chosen
+/// token first among the listed ones at temperature 0, and the same text
+/// on stdout as without it.
 #[test]
-fn run_on_the_gpu_refuses_what_it_cannot_do_yet() {
+fn run_on_the_gpu_reports_token_probabilities() {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.exists(), "run scripts/fetch-models.sh");
-    for (extra, needle) in [
-        (&["--device", "gpu", "--n-probs", "3"][..], "--n-probs"),
-        (&["-ngl", "99", "--n-probs", "1"][..], "--n-probs"),
-    ] {
+    let run = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
             .args(["run", "-m"])
             .arg(&model)
-            .args(["-p", "Hi", "-n", "4"])
+            .args(["-p", "Hi", "-n", "4", "--temp", "0", "--ignore-eos"])
             .args(extra)
             .output()
             .expect("kestrel runs");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
-        assert!(err.contains(needle), "{extra:?}: {err}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {err}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    let (plain, _) = run(&["--device", "gpu"]);
+    let (text, err) = run(&["-ngl", "99", "--n-probs", "3"]);
+    assert_eq!(text, plain, "--n-probs changes nothing on stdout");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line.starts_with(&format!("[{}] ", i + 1)), "{line}");
+        // "[i] PIECE (ID) p=P | PIECE P, ...": greedy takes the first listed.
+        let (head, top) = line.split_once(" | ").expect("a top list");
+        let chosen = head.split(" (").next().unwrap().split_once(' ').unwrap().1;
+        assert_eq!(top.matches(", ").count(), 2, "three alternatives: {line}");
+        assert!(top.starts_with(chosen), "{line}");
     }
 }
 

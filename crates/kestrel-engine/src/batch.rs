@@ -16,13 +16,25 @@
 //! - sampling, stop strings and logprobs go through the same code as
 //!   [`Engine::generate`] (the tests hold the two to the same tokens).
 //!
+//! On the GPU ([`Batch::on_gpu`]) a step is one submission of
+//! [`GpuModel::step_batch`]: every decoding sequence's token is chosen on the
+//! device and written into its history there, and the host reads it one
+//! step later, after the next step is submitted, so the device never waits
+//! for the host. Stop strings, EOS and limits are judged on the tokens as
+//! they come back; a step already submitted for a sequence that ended is
+//! not read. Prompts go in with [`GpuModel::prefill`], whose positions get
+//! the bits one-token steps give them, so any cached prefix is reusable.
+//!
 //! [`CpuModel::forward_batch`]: kestrel_cpu::CpuModel::forward_batch
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use kestrel_cpu::attention::TILED_MIN_QUERIES;
 use kestrel_cpu::{KvCache, Logits, SeqInput};
-use kestrel_sampling::{logprobs, Sampler};
+use kestrel_gpu::model::{GpuModel, GpuSeq, PendingToken, MAX_SEQS};
+use kestrel_gpu::sample::SampleParams;
+use kestrel_sampling::{logprobs, Sampler, TokenLogprobs, XorShift};
 
 use crate::generate::Emitter;
 use crate::{Engine, EngineError, GenStats, GenerateParams, Generation, StopReason, TokenEvent};
@@ -69,10 +81,27 @@ struct Seq<'e> {
     started: Instant,
     /// When the prompt's last chunk finished.
     prompt_done: Option<Instant>,
+    /// On the GPU: the device sampler's parameters and the steps submitted
+    /// but not read yet.
+    device: Option<DeviceSeq>,
+}
+
+struct DeviceSeq {
+    sample: SampleParams,
+    /// Tokens chosen on the device, oldest first, each with its step's
+    /// logits when logprobs are asked for.
+    pending: VecDeque<(PendingToken, Option<Vec<f32>>)>,
+}
+
+/// A slot's KV cache: in host memory, or on the device with the slot's
+/// token history and generator state.
+enum Store {
+    Cpu(KvCache),
+    Gpu(GpuSeq),
 }
 
 struct Slot<'e> {
-    cache: KvCache,
+    cache: Store,
     /// The tokens whose keys and values the cache holds, from position 0
     /// (kept after a sequence leaves, for the next one to reuse).
     cached: Vec<u32>,
@@ -83,6 +112,8 @@ struct Slot<'e> {
 /// requests at once).
 pub struct Batch<'e> {
     engine: &'e Engine,
+    /// Set when the steps run on the GPU.
+    gpu: Option<&'e GpuModel>,
     slots: Vec<Slot<'e>>,
     n_ctx: usize,
     chunk: usize,
@@ -99,9 +130,10 @@ impl<'e> Batch<'e> {
         let n_slots = n_slots.max(1);
         Batch {
             engine,
+            gpu: None,
             slots: (0..n_slots)
                 .map(|_| Slot {
-                    cache: engine.model.new_cache(n_ctx),
+                    cache: Store::Cpu(engine.model.new_cache(n_ctx)),
                     cached: Vec::new(),
                     seq: None,
                 })
@@ -109,6 +141,37 @@ impl<'e> Batch<'e> {
             n_ctx,
             chunk: chunk.max(1),
         }
+    }
+
+    /// As [`Batch::new`], stepping on the GPU: `model` (the engine's model
+    /// uploaded, with a context of at least `n_ctx`) holds each slot's
+    /// cache and history. `chunk` bounds the prompt positions fed per step.
+    pub fn on_gpu(
+        engine: &'e Engine,
+        model: &'e GpuModel,
+        n_slots: usize,
+        n_ctx: usize,
+        chunk: usize,
+    ) -> Result<Batch<'e>, EngineError> {
+        if model.n_ctx() < n_ctx {
+            return Err(EngineError::Gpu(kestrel_gpu::GpuError::Shape(format!(
+                "slots of {n_ctx} tokens on a GPU model loaded for {}",
+                model.n_ctx()
+            ))));
+        }
+        Ok(Batch {
+            engine,
+            gpu: Some(model),
+            slots: (0..n_slots.max(1))
+                .map(|_| Slot {
+                    cache: Store::Gpu(model.new_seq()),
+                    cached: Vec::new(),
+                    seq: None,
+                })
+                .collect(),
+            n_ctx,
+            chunk: chunk.max(1),
+        })
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -195,8 +258,23 @@ impl<'e> Batch<'e> {
             // The longest shared prefix; the first slot among equals.
             .max_by_key(|&(i, n)| (n, usize::MAX - i))
             .ok_or(AdmitError::Busy)?;
-        let cache_n = reusable_prefix(common, prompt.len(), self.chunk);
         let slot = &mut self.slots[slot_id];
+        let (cache_n, device) = match (&slot.cache, self.gpu) {
+            (Store::Gpu(dev), Some(model)) => {
+                // Every position's cache entry has the bits of a fresh run.
+                let cache_n = common.min(prompt.len() - 1);
+                model
+                    .write_tokens(dev, cache_n, &prompt[cache_n..])
+                    .map_err(|e| AdmitError::Invalid(e.into()))?;
+                model.set_rng(dev, XorShift::new(params.sampler.seed).state());
+                let device = DeviceSeq {
+                    sample: self.engine.device_sampling(&params),
+                    pending: VecDeque::new(),
+                };
+                (cache_n, Some(device))
+            }
+            _ => (reusable_prefix(common, prompt.len(), self.chunk), None),
+        };
         slot.cached.truncate(cache_n);
         slot.seq = Some(Seq {
             id,
@@ -209,6 +287,7 @@ impl<'e> Batch<'e> {
             cache_n,
             started: Instant::now(),
             prompt_done: None,
+            device,
         });
         Ok(slot_id)
     }
@@ -229,6 +308,9 @@ impl<'e> Batch<'e> {
     /// whose input is all fed samples and emits its next token. Returns the
     /// sequences that ended.
     pub fn step(&mut self) -> Vec<Finished> {
+        if let Some(model) = self.gpu {
+            return self.step_gpu(model);
+        }
         // What each slot feeds this step: a range of its history.
         let mut feed: Vec<Option<(usize, usize)>> = vec![None; self.slots.len()];
         let mut prefilling: Vec<(Instant, usize)> = Vec::new();
@@ -264,10 +346,13 @@ impl<'e> Batch<'e> {
             .filter_map(|(s, f)| {
                 let (from, to) = (*f)?;
                 let q = s.seq.as_ref()?;
+                let Store::Cpu(cache) = &mut s.cache else {
+                    return None;
+                };
                 Some(SeqInput {
                     tokens: &q.history[from..to],
                     pos0: from,
-                    cache: &mut s.cache,
+                    cache,
                     logits: Logits::Last,
                 })
             })
@@ -298,6 +383,159 @@ impl<'e> Batch<'e> {
             }
         }
         done
+    }
+
+    /// [`Batch::step`] on the GPU (see the module documentation): prompt
+    /// positions (oldest prompt first, about one chunk in all), then one
+    /// submission per [`MAX_SEQS`] decoding sequences, then each token of
+    /// the step before is read and emitted.
+    fn step_gpu(&mut self, model: &GpuModel) -> Vec<Finished> {
+        let mut done = Vec::new();
+        let mut prefilling: Vec<(Instant, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let q = s.seq.as_ref()?;
+                (q.n_past + 1 < q.prompt_len).then_some((q.started, i))
+            })
+            .collect();
+        prefilling.sort();
+        let mut budget = self.chunk;
+        for (_, i) in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let slot = &mut self.slots[i];
+            let (Store::Gpu(dev), Some(q)) = (&slot.cache, slot.seq.as_mut()) else {
+                continue;
+            };
+            let n = (q.prompt_len - 1 - q.n_past).min(budget);
+            budget -= n;
+            let r = model.prefill(dev, q.n_past, n);
+            if r.is_ok() {
+                q.n_past += n;
+            }
+            if let Err(e) = r {
+                fail(slot, e, &mut done);
+            }
+        }
+
+        // Sequences whose prompt is in but for its last token feed one
+        // position each, while their limits allow another token.
+        let n_ctx = self.n_ctx;
+        let feeding: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.seq.as_ref().is_some_and(|q| {
+                    let asked = q.history.len() - q.prompt_len
+                        + q.device.as_ref().map_or(0, |d| d.pending.len());
+                    q.n_past + 1 >= q.prompt_len
+                        && q.n_past < n_ctx
+                        && (q.params.n_predict < 0 || (asked as i64) < q.params.n_predict)
+                })
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for group in feeding.chunks(MAX_SEQS) {
+            let mut seqs = Vec::with_capacity(group.len());
+            let mut params = Vec::with_capacity(group.len());
+            for &i in group {
+                let s = &self.slots[i];
+                let (Store::Gpu(dev), Some(q)) = (&s.cache, &s.seq) else {
+                    unreachable!("a GPU slot");
+                };
+                seqs.push((dev, q.n_past));
+                params.push(q.device.as_ref().expect("on the GPU").sample.clone());
+            }
+            let submitted = model.step_batch(&seqs, &params).and_then(|tokens| {
+                // Logprobs need this step's logits before the next step
+                // overwrites them: the one wait outside the pipeline.
+                let wants = group.iter().any(|&i| {
+                    self.slots[i]
+                        .seq
+                        .as_ref()
+                        .is_some_and(|q| q.params.n_probs > 0)
+                });
+                let logits = if wants {
+                    Some(model.read_batch_logits(group.len())?)
+                } else {
+                    None
+                };
+                Ok((tokens, logits))
+            });
+            match submitted {
+                Ok((tokens, logits)) => {
+                    let n_vocab = model.spec.hparams.n_vocab;
+                    for (k, (&i, token)) in group.iter().zip(tokens).enumerate() {
+                        let q = self.slots[i].seq.as_mut().expect("feeding");
+                        let row = logits
+                            .as_ref()
+                            .filter(|_| q.params.n_probs > 0)
+                            .map(|l| l[k * n_vocab..(k + 1) * n_vocab].to_vec());
+                        q.n_past += 1;
+                        let dev = q.device.as_mut().expect("on the GPU");
+                        dev.pending.push_back((token, row));
+                    }
+                }
+                Err(e) => {
+                    for &i in group {
+                        let e = kestrel_gpu::GpuError::Failed(e.to_string());
+                        fail(&mut self.slots[i], e, &mut done);
+                    }
+                }
+            }
+        }
+
+        // One step behind: the token of the step before this one, or the
+        // last token of a sequence that fed nothing this step.
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(q) = slot.seq.as_mut() else { continue };
+            if q.n_past + 1 < q.prompt_len {
+                continue;
+            }
+            let fed = feeding.contains(&i);
+            let dev = q.device.as_mut().expect("on the GPU");
+            let reason = if dev.pending.len() >= 2 || (!fed && !dev.pending.is_empty()) {
+                let (token, row) = dev.pending.pop_front().expect("pending");
+                match token.wait(&model.gpu) {
+                    Ok(token) => {
+                        q.prompt_done.get_or_insert_with(Instant::now);
+                        let lp = row.map(|l| logprobs(&l, token, q.params.n_probs));
+                        accept(self.engine, q, token, lp)
+                    }
+                    Err(e) => {
+                        fail(slot, e, &mut done);
+                        continue;
+                    }
+                }
+            } else if !fed && dev.pending.is_empty() {
+                // Nothing was asked (n_predict 0) or the context is full.
+                q.prompt_done.get_or_insert_with(Instant::now);
+                Some(if q.n_past >= n_ctx {
+                    StopReason::ContextFull
+                } else {
+                    StopReason::Length
+                })
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                let seq = slot.seq.take().expect("running");
+                done.push((seq.id, Ok(finish(slot, seq, reason))));
+            }
+        }
+        done
+    }
+}
+
+/// Ends a slot's sequence with a device error; its cache is not reused.
+fn fail(slot: &mut Slot<'_>, e: kestrel_gpu::GpuError, done: &mut Vec<Finished>) {
+    if let Some(q) = slot.seq.take() {
+        slot.cached.clear();
+        done.push((q.id, Err(EngineError::Gpu(e))));
     }
 }
 
@@ -332,6 +570,20 @@ fn next_token(engine: &Engine, q: &mut Seq<'_>, logits: &[f32]) -> Option<StopRe
         return Some(StopReason::Length);
     }
     let token = q.sampler.sample_with_history(logits, &q.history);
+    let lp = (p.n_probs > 0).then(|| logprobs(logits, token, p.n_probs));
+    accept(engine, q, token, lp)
+}
+
+/// Takes a sequence's next token (sampled on the host or on the device):
+/// ends at an end-of-generation token, else appends and emits it; returns
+/// why the sequence ends, if it does.
+fn accept(
+    engine: &Engine,
+    q: &mut Seq<'_>,
+    token: u32,
+    lp: Option<TokenLogprobs>,
+) -> Option<StopReason> {
+    let p = &q.params;
     if !p.ignore_eos && engine.tokenizer.is_eog(token) {
         return Some(StopReason::EndOfGeneration);
     }
@@ -339,19 +591,22 @@ fn next_token(engine: &Engine, q: &mut Seq<'_>, logits: &[f32]) -> Option<StopRe
     let pos = q.history.len() - 1;
     let last = if pos >= p.n_ctx {
         Some(StopReason::ContextFull)
-    } else if limit(&q.history) {
+    } else if p.n_predict >= 0 && (q.history.len() - q.prompt_len) as i64 >= p.n_predict {
         Some(StopReason::Length)
     } else {
         None
     };
-    let lp = (p.n_probs > 0).then(|| logprobs(logits, token, p.n_probs));
     q.emitter.token(token, lp).or(last)
 }
 
 /// Flushes a sequence's held-back text and builds its result.
 fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
-    // Only what the cache really holds stays reusable.
-    slot.cached.truncate(seq.n_past);
+    // Only what the cache really holds stays reusable: positions fed whose
+    // token the host knows (on the GPU a step may have fed a token that was
+    // never read).
+    let valid = seq.n_past.min(seq.history.len());
+    slot.cached.clear();
+    slot.cached.extend_from_slice(&seq.history[..valid]);
     let now = Instant::now();
     let prompt_done = seq.prompt_done.unwrap_or(now);
     let (text, logprobs, stopped_late) = seq.emitter.finish();

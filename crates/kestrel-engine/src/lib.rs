@@ -57,6 +57,8 @@ pub enum EngineError {
     /// answer (it panicked; the panic is re-raised when generation returns).
     #[error("the decode worker thread stopped unexpectedly")]
     DecodeWorker,
+    #[error("gpu: {0}")]
+    Gpu(#[from] kestrel_gpu::GpuError),
 }
 
 /// A loaded model with its tokenizer and chat template.
@@ -124,6 +126,34 @@ impl Engine {
             Some(t) => t.render(messages, true)?,
             None => ChatTemplate::chatml().render(messages, true)?,
         })
+    }
+
+    /// The device sampler's parameters for a request: its sampler's, with
+    /// the end-of-generation tokens banned when `ignore_eos` (as
+    /// `check_request` does for the CPU sampler). The seed goes separately,
+    /// into the sequence's generator state.
+    pub fn device_sampling(&self, params: &GenerateParams) -> kestrel_gpu::sample::SampleParams {
+        let sp = &params.sampler;
+        let mut logit_bias = sp.logit_bias.clone();
+        if params.ignore_eos {
+            logit_bias.extend(
+                self.tokenizer
+                    .eog_ids()
+                    .iter()
+                    .map(|&id| (id, f32::NEG_INFINITY)),
+            );
+        }
+        kestrel_gpu::sample::SampleParams {
+            temperature: sp.temperature,
+            top_k: sp.top_k,
+            top_p: sp.top_p,
+            min_p: sp.min_p,
+            repeat_penalty: sp.repeat_penalty,
+            repeat_last_n: sp.repeat_last_n,
+            frequency_penalty: sp.frequency_penalty,
+            presence_penalty: sp.presence_penalty,
+            logit_bias,
+        }
     }
 
     /// Tokenizes a prompt as llama.cpp's completion tool does: BOS per the

@@ -366,6 +366,11 @@ impl GpuModel {
         })
     }
 
+    /// The longest context a sequence of this model holds.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     /// A sequence of up to the model's `n_ctx` tokens.
     pub fn new_seq(&self) -> GpuSeq {
         let hp = &self.spec.hparams;

@@ -50,6 +50,8 @@ pub struct ServeConfig {
     /// Requests that may wait for the engine; one more is a 503.
     pub queue: usize,
     pub backing: kestrel_gguf::Backing,
+    /// Run the batch on the GPU (token selection on the device).
+    pub gpu: bool,
 }
 
 /// How long in-flight requests get after SIGINT/SIGTERM before the server exits.

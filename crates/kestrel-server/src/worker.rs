@@ -4,7 +4,8 @@
 //! it takes queued jobs into free slots and cancels sequences whose client
 //! has gone (the event receiver was dropped), then runs one batched step for
 //! every running sequence. Jobs wait in a bounded queue while every slot is
-//! busy. A job's tokens go back over a channel.
+//! busy. A job's tokens go back over a channel. With `--device gpu` the
+//! model is also uploaded to the GPU here and the batch steps there.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -162,6 +163,30 @@ pub fn run(
         Some(c) => (c / slots, c),
         None => (4096.min(train), 4096.min(train) * slots),
     };
+    // The GPU model lives on this thread, beside the batch that steps it.
+    let gpu_model = if cfg.gpu {
+        let uploaded = kestrel_gpu::Gpu::new().and_then(|gpu| {
+            eprintln!("device: {}", gpu.adapter);
+            kestrel_gpu::model::GpuModel::load(
+                gpu,
+                engine.file.clone(),
+                engine.model.spec.clone(),
+                n_ctx,
+            )
+        });
+        match uploaded {
+            Ok(m) => Some(m),
+            Err(e) => {
+                let msg = format!("gpu: {e}");
+                *shared.state.write().unwrap_or_else(|e| e.into_inner()) =
+                    LoadState::Failed(msg.clone());
+                let _ = loaded.send(Err(msg));
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let l = Arc::new(Loaded {
         engine,
         n_ctx,
@@ -170,19 +195,25 @@ pub fn run(
     *shared.state.write().unwrap_or_else(|e| e.into_inner()) = LoadState::Ready(l.clone());
     eprintln!("model loaded: {slots} slots of {n_ctx} tokens; ready");
     let _ = loaded.send(Ok(()));
-    serve_jobs(&shared, &jobs, &l.engine, slots, n_ctx);
+    let engine = &l.engine;
+    let new_batch = || match &gpu_model {
+        Some(m) => Batch::on_gpu(engine, m, slots, n_ctx, PROMPT_CHUNK),
+        None => Ok(Batch::new(engine, slots, n_ctx, PROMPT_CHUNK)),
+    };
+    serve_jobs(&shared, &jobs, &new_batch);
 }
 
 /// The batching loop (see the module documentation).
-fn serve_jobs(
+fn serve_jobs<'e>(
     shared: &Arc<Shared>,
     jobs: &Receiver<Job>,
-    engine: &Engine,
-    slots: usize,
-    n_ctx: usize,
+    new_batch: &dyn Fn() -> Result<Batch<'e>, kestrel_engine::EngineError>,
 ) {
     let m = &shared.metrics;
-    let mut batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
+    let Ok(mut batch) = new_batch() else {
+        eprintln!("error: the batch could not be set up");
+        return;
+    };
     let mut running: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
     let mut next_id = 0u64;
     loop {
@@ -276,7 +307,13 @@ fn serve_jobs(
                         "internal error: generation panicked".to_owned()
                     )));
                 }
-                batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
+                match new_batch() {
+                    Ok(b) => batch = b,
+                    Err(e) => {
+                        eprintln!("error: the batch could not be set up again: {e}");
+                        return;
+                    }
+                }
             }
         }
         publish(shared, &batch);
