@@ -1,7 +1,9 @@
 //! The embedding lookup that starts a decode step on the device: the token
 //! id is read from the history buffer (where the previous step's sampler
 //! wrote it), and that row of the embedding matrix is dequantized into x,
-//! times a scale (Gemma multiplies by sqrt(n_embd)). One thread per value.
+//! times a scale (Gemma multiplies by sqrt(n_embd)). One thread per value;
+//! a matrix uploaded in parts takes one dispatch per part, and only the
+//! part holding the row writes.
 
 use kestrel_gguf::GgmlType;
 
@@ -15,7 +17,8 @@ pub struct Embed {
 
 const MAIN: &str = r#"
 @group(0) @binding(4) var<storage, read> history: array<u32>;
-// rows, cols, bytes per row, position; scale bits
+// rows in the part, cols, bytes per row, position; scale bits, the
+// part's first row, rows in the matrix
 @group(0) @binding(5) var<uniform> q: vec4<u32>;
 
 @compute @workgroup_size(64)
@@ -23,8 +26,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let e = gid.x;
     if (e >= p.y) { return; }
     let tok = history[p.w];
-    if (tok >= p.x) { y[e] = 0.0; return; }
-    y[e] = val(tok * p.z, e / 32u, e % 32u) * bitcast<f32>(q.x);
+    if (tok >= q.z) {
+        if (q.y == 0u) { y[e] = 0.0; }
+        return;
+    }
+    if (tok < q.y || tok - q.y >= p.x) { return; }
+    y[e] = val((tok - q.y) * p.z, e / 32u, e % 32u) * bitcast<f32>(q.x);
 }
 "#;
 
@@ -127,14 +134,21 @@ impl Embed {
                 y.size()
             )));
         }
-        let p = gpu.params(&[m.rows as u32, m.cols as u32, m.row_bytes as u32, pos as u32]);
-        let q = gpu.params(&[scale.to_bits(), 0, 0, 0]);
-        // Binding 1 (x) of the shared header is unused here, so not bound.
-        let bind = gpu.bind_at(
-            &self.pipeline,
-            &[(0, &m.buf), (2, y), (3, &p), (4, history), (5, &q)],
-        );
-        gpu.run(&self.pipeline, &bind, (m.cols as u32).div_ceil(64));
+        for part in &m.parts {
+            let p = gpu.params(&[
+                part.rows as u32,
+                m.cols as u32,
+                m.row_bytes as u32,
+                pos as u32,
+            ]);
+            let q = gpu.params(&[scale.to_bits(), part.row0 as u32, m.rows as u32, 0]);
+            // Binding 1 (x) of the shared header is unused here, so not bound.
+            let bind = gpu.bind_at(
+                &self.pipeline,
+                &[(0, &part.buf), (2, y), (3, &p), (4, history), (5, &q)],
+            );
+            gpu.run(&self.pipeline, &bind, (m.cols as u32).div_ceil(64));
+        }
         Ok(())
     }
 }

@@ -22,9 +22,12 @@
 //! step or chunk; each row gets the bits it gets alone): the forward pass
 //! and token selection (the CPU sampler's whole chain, drawing its tokens
 //! bit for bit from the same logits and seed) recorded into one
-//! submission, read back one step behind.
+//! submission, read back one step behind. The server's continuous batch
+//! drives it (`kestrel_engine::Batch::on_gpu`).
 //!
-//! Not yet: the server on the GPU.
+//! Detected but not used yet: shader f16 and subgroup operations (the
+//! kernels decode halves and reduce sums by hand, in a fixed order, which
+//! every adapter runs alike).
 
 pub mod attention;
 pub mod embed;

@@ -17,6 +17,10 @@
 //! covers 64 / TPR rows. A software rasterizer (lavapipe) runs best with a
 //! row per thread and no barriers; a GPU wants the threads of a row to read
 //! neighbouring blocks.
+//!
+//! A matrix larger than the adapter's largest storage binding is uploaded
+//! in parts of whole rows ([`GpuMatrix::parts`]); a product runs one
+//! dispatch per part, each writing its rows of y.
 
 use kestrel_gguf::GgmlType;
 
@@ -24,16 +28,26 @@ use crate::{Gpu, GpuError, GRID_X};
 
 /// A weight matrix on the GPU, in its block format.
 pub struct GpuMatrix {
-    pub buf: wgpu::Buffer,
+    /// The rows in pieces that each fit one binding (one piece unless the
+    /// matrix is bigger than the adapter's [`Gpu::max_binding`]).
+    pub parts: Vec<MatrixPart>,
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     pub row_bytes: usize,
 }
 
+/// Rows `row0..row0 + rows` of a [`GpuMatrix`], in a buffer of their own.
+pub struct MatrixPart {
+    pub buf: wgpu::Buffer,
+    pub row0: usize,
+    pub rows: usize,
+}
+
 impl Gpu {
     /// Uploads `rows` rows of `cols` values of type `ty` (`bytes` is the
-    /// tensor's data). Rows must be whole 32-value units.
+    /// tensor's data), split into parts of whole rows where it exceeds the
+    /// largest binding. Rows must be whole 32-value units.
     pub fn upload_matrix(
         &self,
         name: &str,
@@ -57,8 +71,32 @@ impl Gpu {
                 bytes.len()
             )));
         }
+        let part_rows = if bytes.len() as u64 <= self.max_binding {
+            rows.max(1)
+        } else {
+            (self.max_binding / row_bytes.max(1) as u64) as usize
+        };
+        if part_rows == 0 {
+            return Err(GpuError::TooLarge {
+                what: format!("{name}: one row"),
+                need: row_bytes as u64,
+                limit: self.max_binding,
+            });
+        }
+        let parts = (0..rows.max(1))
+            .step_by(part_rows)
+            .map(|row0| {
+                let n = part_rows.min(rows - row0.min(rows));
+                let data = &bytes[row0 * row_bytes..(row0 + n) * row_bytes];
+                Ok(MatrixPart {
+                    buf: self.upload(name, data)?,
+                    row0,
+                    rows: n,
+                })
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
         Ok(GpuMatrix {
-            buf: self.upload(name, bytes)?,
+            parts,
             ty,
             rows,
             cols,
@@ -290,43 +328,54 @@ impl MatVec {
             m.row_bytes as u32,
             (m.cols / 32) as u32,
         ]);
-        let bind = match &self.act {
+        let cols = match &self.act {
             Some(act) => {
                 act.run(gpu, x, n * m.cols)?;
                 let block = if act.ty == GgmlType::Q8_K { 256 } else { 32 };
-                let cols = gpu.params(&[
+                gpu.params(&[
                     n as u32,
                     (m.cols / 4) as u32,
                     (m.cols / block * meta_words(act.ty)) as u32,
                     0,
-                ]);
-                gpu.bind_at(
+                ])
+            }
+            None => gpu.params(&[n as u32, 0, 0, 0]),
+        };
+        gpu.note_bytes((m.rows * m.row_bytes) as u64);
+        let rows_per_group = 64 / self.tpr as usize;
+        for part in &m.parts {
+            let at = gpu.params(&[part.row0 as u32, part.rows as u32, 0, 0]);
+            let bind = match &self.act {
+                Some(act) => gpu.bind_at(
                     &self.pipeline,
                     &[
-                        (0, &m.buf),
+                        (0, &part.buf),
                         (1, &act.q),
                         (2, y),
                         (3, &params),
                         (4, &act.meta),
                         (6, &cols),
+                        (7, &at),
                     ],
-                )
-            }
-            None => {
-                let cols = gpu.params(&[n as u32, 0, 0, 0]);
-                gpu.bind_at(
+                ),
+                None => gpu.bind_at(
                     &self.pipeline,
-                    &[(0, &m.buf), (1, x), (2, y), (3, &params), (6, &cols)],
-                )
-            }
-        };
-        let rows_per_group = 64 / self.tpr as usize;
-        gpu.note_bytes((m.rows * m.row_bytes) as u64);
-        gpu.run(
-            &self.pipeline,
-            &bind,
-            m.rows.div_ceil(rows_per_group) as u32,
-        );
+                    &[
+                        (0, &part.buf),
+                        (1, x),
+                        (2, y),
+                        (3, &params),
+                        (6, &cols),
+                        (7, &at),
+                    ],
+                ),
+            };
+            gpu.run(
+                &self.pipeline,
+                &bind,
+                part.rows.div_ceil(rows_per_group) as u32,
+            );
+        }
         Ok(())
     }
 }
@@ -622,6 +671,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 "#;
 
 const MAIN: &str = r#"
+// the part's first row in the matrix, its rows (`row` counts within it)
+@group(0) @binding(7) var<uniform> p3: vec4<u32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -632,7 +683,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     for (var c = 0u; c < p2.x; c++) {
         set_col(c);
         var s = 0.0;
-        if (row < p.x) {
+        if (row < p3.y) {
             let base = row * p.z;
             for (var u = lane; u < p.w; u += TPR) {
                 s += unit(base, u);
@@ -643,7 +694,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
 }
 "#;
 
-const REDUCE_NONE: &str = "if (row < p.x) { y[c * p.x + row] = s; }";
+const REDUCE_NONE: &str = "if (row < p3.y) { y[c * p.x + p3.x + row] = s; }";
 
 const REDUCE_TREE: &str = r#"part[t] = s;
     workgroupBarrier();
@@ -653,8 +704,8 @@ const REDUCE_TREE: &str = r#"part[t] = s;
         }
         workgroupBarrier();
     }
-    if (lane == 0u && row < p.x) {
-        y[c * p.x + row] = part[t];
+    if (lane == 0u && row < p3.y) {
+        y[c * p.x + p3.x + row] = part[t];
     }
     workgroupBarrier();"#;
 

@@ -688,3 +688,66 @@ fn batched_products_equal_each_row_alone() {
     let e = mv.run_batch(g, &m, (&xb, &yb), 17).unwrap_err();
     assert!(e.to_string().contains("at most 16"), "{e}");
 }
+
+/// A matrix bigger than the adapter's largest binding goes up in parts of
+/// whole rows: products (one row and a batch, every layout) and embedding
+/// lookups on either side of every part boundary give the bits of the
+/// matrix in one piece; a row that fits no binding is refused by name.
+#[test]
+fn matrices_split_over_bindings_give_the_same_bits() {
+    let mut g = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
+    let full_limit = g.max_binding;
+    let (rows, cols, n) = (37usize, 512usize, 3usize);
+    let mut failures = Vec::new();
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let (bytes, _, _) = case(ty, rows, cols, 900 + i as u64);
+        let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+        let whole = g.upload_matrix("w", ty, rows, cols, &bytes).unwrap();
+        // Five rows per part (and a short last one).
+        g.max_binding = (5 * rb + 3) as u64;
+        let split = g.upload_matrix("w", ty, rows, cols, &bytes).unwrap();
+        g.max_binding = full_limit;
+        assert_eq!(whole.parts.len(), 1);
+        assert_eq!(split.parts.len(), 8, "{ty}");
+        assert_eq!(split.parts[7].rows, 2, "{ty}");
+        let mut rng = Rng(55 + i as u64);
+        let xs: Vec<f32> = (0..n * cols).map(|_| rng.next()).collect();
+        let xb = g.upload_f32("xs", &xs).unwrap();
+        for (tpr, native_dot) in LAYOUTS {
+            let mv = MatVec::with_layout(&g, ty, cols, Layout { tpr, native_dot }).unwrap();
+            for batch in [1, n] {
+                let mut out = Vec::new();
+                for m in [&whole, &split] {
+                    let yb = g.scratch_f32("ys", batch * rows);
+                    mv.run_batch(&g, m, (&xb, &yb), batch).unwrap();
+                    out.push(g.read_f32(&yb, batch * rows).unwrap());
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                if bits(&out[0]) != bits(&out[1]) {
+                    failures.push(format!("{ty} tpr {tpr} batch {batch}"));
+                }
+            }
+        }
+        let embed = kestrel_gpu::embed::Embed::new(&g, ty).unwrap();
+        // Rows 4/5 and 34/35 sit on part boundaries; 37 is outside.
+        let ids = [0u32, 4, 5, 34, 35, 36, 37];
+        let history = g.upload_u32("history", &ids).unwrap();
+        for (pos, id) in ids.iter().enumerate() {
+            let mut out = Vec::new();
+            for m in [&whole, &split] {
+                let y = g.upload_f32("x", &vec![7.0; cols]).unwrap();
+                embed.run(&g, m, (&history, &y), pos, 1.5).unwrap();
+                out.push(g.read_f32(&y, cols).unwrap());
+            }
+            if out[0] != out[1] {
+                failures.push(format!("{ty} embedding of id {id}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    g.max_binding = 100;
+    match g.upload_matrix("blk.0.big", GgmlType::Q8_0, 2, 256, &[0u8; 544]) {
+        Err(e) => assert!(e.to_string().contains("blk.0.big"), "{e}"),
+        Ok(_) => panic!("a 272-byte row fit a 100-byte binding"),
+    }
+}
