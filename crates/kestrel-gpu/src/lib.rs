@@ -10,7 +10,8 @@
 //! tests, with a stated error bound.
 //!
 //! Numerics follow the CPU backend's (and so ggml's) rounding points: 8-bit
-//! activations rounded bit for bit as the CPU rounds them, integer block
+//! activations rounded bit for bit as the CPU rounds them, RMSNorm bit for
+//! bit (an exact sum standing in for ggml's f64 one), integer block
 //! sums, f16 value sums in attention, ggml's SIMD exp in SiLU. What still
 //! differs is the order of f32 additions and the last bit of exp and of a
 //! non-fused fma (lavapipe does not fuse), and one such bit can move an 8-bit
@@ -149,6 +150,8 @@ pub struct Gpu {
     /// The largest storage buffer one binding may hold: weights bigger than
     /// this are split.
     pub max_binding: u64,
+    /// The most threads one workgroup may have (along x).
+    pub max_workgroup: u32,
     /// While a step is being recorded, the encoder every dispatch goes into.
     recording: std::sync::Mutex<Option<wgpu::CommandEncoder>>,
     cache: std::sync::Mutex<Cache>,
@@ -197,6 +200,9 @@ impl Gpu {
             max_binding: limits
                 .max_storage_buffer_binding_size
                 .min(limits.max_buffer_size),
+            max_workgroup: limits
+                .max_compute_invocations_per_workgroup
+                .min(limits.max_compute_workgroup_size_x),
             recording: Default::default(),
             profiler: Default::default(),
             labels: Default::default(),
