@@ -252,3 +252,32 @@ fn run_on_the_gpu_stops_at_a_stop_string() {
     let cut = &full[..full.find(stop).unwrap()];
     assert_eq!(run(&["-r", stop]), cut, "stop string {stop:?} in {full:?}");
 }
+
+/// Gemma 3's embedding table (178 MB of Q8_0, also its output matrix) is
+/// bigger than lavapipe's largest storage binding (128 MiB, as on many
+/// GPUs): it goes up in parts, and the model generates on the GPU.
+#[test]
+fn run_on_the_gpu_loads_gemma_split_over_bindings() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/gemma-3-270m-q4_k_m.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["run", "-m"])
+        .arg(&model)
+        .args([
+            "-p",
+            "Hi",
+            "-n",
+            "3",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "--device",
+            "gpu",
+        ])
+        .output()
+        .expect("kestrel runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("generated: 3 tokens"), "{err}");
+}
