@@ -26,9 +26,11 @@
 //! submission, read back one step behind. The server's continuous batch
 //! drives it (`kestrel_engine::Batch::on_gpu`).
 //!
-//! Detected but not used yet: shader f16 and subgroup operations (the
-//! kernels decode halves and reduce sums by hand, in a fixed order, which
-//! every adapter runs alike).
+//! Subgroups, where the adapter has them in thread order (probed at
+//! start), carry the products' row reductions in registers, with the bits
+//! of the workgroup-memory fallback. Shader f16 is detected but not used:
+//! the kernels decode and round halves by hand, as WGSL leaves subnormal
+//! halves and f16 rounding to the implementation.
 
 pub mod attention;
 pub mod embed;
@@ -145,6 +147,11 @@ pub struct Gpu {
     pub has_f16: bool,
     /// The adapter has subgroup operations (enabled on the device).
     pub has_subgroups: bool,
+    /// Subgroup operations are used: the adapter has them and a probe
+    /// found its subgroups laid out in thread order within a workgroup
+    /// (lane = thread index mod the subgroup size), which the reductions
+    /// that exchange sums between lanes rely on. Tests may turn it off.
+    pub subgroups: bool,
     /// The adapter can time passes ([`Gpu::set_profiling`]).
     pub has_timestamps: bool,
     /// The largest storage buffer one binding may hold: weights bigger than
@@ -190,12 +197,13 @@ impl Gpu {
                 adapter: info.to_string(),
                 err: e.to_string(),
             })?;
-        Ok(Gpu {
+        let mut gpu = Gpu {
             device,
             queue,
             adapter: info,
             has_f16: features.contains(wgpu::Features::SHADER_F16),
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
+            subgroups: false,
             has_timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding: limits
                 .max_storage_buffer_binding_size
@@ -209,7 +217,37 @@ impl Gpu {
             cache: Default::default(),
             submissions: Default::default(),
             readback_bytes: Default::default(),
-        })
+        };
+        gpu.subgroups = gpu.has_subgroups && gpu.subgroups_in_thread_order()?;
+        Ok(gpu)
+    }
+
+    /// Whether, in two 64-thread workgroups, every thread's subgroup lane
+    /// is its index mod one power-of-two subgroup size no larger than the
+    /// workgroup (Vulkan and Metal do not promise it; lane exchanges in
+    /// the reductions assume it).
+    fn subgroups_in_thread_order(&self) -> Result<bool, GpuError> {
+        const PROBE: &str = r#"
+
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_size) size: u32) {
+    out[2u * id.x] = lane;
+    out[2u * id.x + 1u] = size;
+}
+"#;
+        let p = self.pipeline("subgroup probe", PROBE);
+        let out = self.scratch_f32("subgroup probe", 256);
+        let bind = self.bind(&p, &[&out]);
+        self.run(&p, &bind, 2);
+        let v = self.read_u32(&out, 256)?;
+        let size = v[1];
+        let ordered = size.is_power_of_two()
+            && size <= 64
+            && (0..128).all(|t| v[2 * t + 1] == size && v[2 * t] == t as u32 % size);
+        Ok(ordered)
     }
 
     /// A storage buffer holding `bytes` (padded to a multiple of 4, as

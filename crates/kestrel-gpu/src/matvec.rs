@@ -189,6 +189,12 @@ pub struct Layout {
     /// GPU), or by unpacking the bytes (lavapipe's `dot4I8Packed` is twice
     /// as slow as that). Both give the same integers.
     pub native_dot: bool,
+    /// Add a row's partial sums across the lanes of a subgroup
+    /// (`subgroupShuffleXor`) where the adapter has subgroups laid out in
+    /// thread order ([`Gpu::subgroups`]), through workgroup memory for
+    /// the rest: the same pairs in the same order either way, so the same
+    /// bits, with fewer barriers.
+    pub subgroups: bool,
 }
 
 impl Layout {
@@ -206,6 +212,7 @@ impl Layout {
         Layout {
             tpr,
             native_dot: !cpu,
+            subgroups: gpu.subgroups,
         }
     }
 }
@@ -250,10 +257,28 @@ impl MatVec {
         };
         // A row per thread needs no shared memory (and a software
         // rasterizer runs a workgroup that has none faster).
+        let subgroups = layout.subgroups && tpr > 1;
+        if subgroups && !gpu.subgroups {
+            return Err(GpuError::Shape(
+                "subgroup reductions on an adapter without ordered subgroups".into(),
+            ));
+        }
         let (shared, reduce) = if tpr == 1 {
             ("", REDUCE_NONE)
         } else {
             ("var<workgroup> part: array<f32, 64>;", REDUCE_TREE)
+        };
+        // Below the subgroup size the pairs are exchanged in registers.
+        let (enable, sg_param, sg, shuffle) = if subgroups {
+            (
+                // (naga takes subgroup builtins without an `enable`.)
+                "",
+                ", @builtin(subgroup_size) sg_size: u32",
+                "sg_size",
+                "while (k > 0u) {\n        s = s + subgroupShuffleXor(s, k);\n        k >>= 1u;\n    }",
+            )
+        } else {
+            ("", "", "1u", "")
         };
         let dot4 = if layout.native_dot {
             DOT4_NATIVE
@@ -261,9 +286,12 @@ impl MatVec {
             DOT4_UNPACKED
         };
         let src = format!(
-            "{bindings}\n{shared}\n{HALF}\n{HELPERS}\n{dot4}\n{F16_ROUND}\n{unit}\n{MAIN}\n"
+            "{enable}\n{bindings}\n{shared}\n{HALF}\n{HELPERS}\n{dot4}\n{F16_ROUND}\n{unit}\n{MAIN}\n"
         )
         .replace("REDUCE", reduce)
+        .replace("SG_PARAM", sg_param)
+        .replace("SG_SIZE", sg)
+        .replace("SHUFFLE", shuffle)
         .replace("GRID_X", &format!("{GRID_X}u"))
         .replace("TPR", &format!("{tpr}u"))
         .replace("RPG", &format!("{}u", 64 / tpr));
@@ -675,7 +703,7 @@ const MAIN: &str = r#"
 @group(0) @binding(7) var<uniform> p3: vec4<u32>;
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32SG_PARAM) {
     let row = (g.y * GRID_X + g.x) * RPG + t / TPR;
     let lane = t % TPR;
     // One activation row after the other, each summed exactly as alone
@@ -696,18 +724,23 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
 
 const REDUCE_NONE: &str = "if (row < p3.y) { y[c * p.x + p3.x + row] = s; }";
 
-const REDUCE_TREE: &str = r#"part[t] = s;
-    workgroupBarrier();
-    for (var k = TPR / 2u; k > 0u; k >>= 1u) {
-        if (lane < k) {
-            part[t] += part[t + k];
-        }
+/// A butterfly over the row's lanes: at each distance k, from TPR / 2
+/// down to one, every lane adds its partner's sum (lane ^ k), through
+/// workgroup memory while k is at least the subgroup size (`SG_SIZE`, one
+/// without subgroups), in registers below it. IEEE addition commutes, so lane 0
+/// ends with the bits a tree gives, whichever way each stage went.
+const REDUCE_TREE: &str = r#"var k = TPR / 2u;
+    while (k >= SG_SIZE && k > 0u) {
+        part[t] = s;
         workgroupBarrier();
+        s = s + part[t ^ k];
+        workgroupBarrier();
+        k >>= 1u;
     }
+    SHUFFLE
     if (lane == 0u && row < p3.y) {
-        y[c * p.x + p3.x + row] = part[t];
-    }
-    workgroupBarrier();"#;
+        y[c * p.x + p3.x + row] = s;
+    }"#;
 
 /// `fn unit(base, u) -> f32`: the dot of 32-value unit `u` of the row
 /// starting at byte `base` with the activations' unit `u`, in each

@@ -90,6 +90,7 @@ fn gpu_matvec_with(
         Layout {
             tpr,
             native_dot: tpr >= 4,
+            subgroups: false,
         },
     )
 }
@@ -143,7 +144,11 @@ fn matvec_matches_the_cpu_for_every_type() {
             let act = kestrel_quant::quantize_activations(ty, &x);
             let portable = kestrel_quant::portable_kernels(ty);
             for (tpr, native_dot) in LAYOUTS {
-                let layout = Layout { tpr, native_dot };
+                let layout = Layout {
+                    tpr,
+                    native_dot,
+                    subgroups: false,
+                };
                 let got = gpu_matvec_layout(ty, (rows, cols), &bytes, &x, layout);
                 for r in 0..rows {
                     let w = &deq[r * cols..(r + 1) * cols];
@@ -330,6 +335,7 @@ fn matvec_refuses_bad_shapes_by_name() {
     let odd = Layout {
         tpr: 3,
         native_dot: false,
+        subgroups: false,
     };
     assert!(MatVec::with_layout(g, GgmlType::Q8_0, 256, odd).is_err());
 }
@@ -677,7 +683,17 @@ fn batched_products_equal_each_row_alone() {
             .collect();
         let m = g.upload_matrix("w", ty, rows, cols, &bytes).unwrap();
         for (tpr, native_dot) in LAYOUTS {
-            let mv = MatVec::with_layout(g, ty, cols, Layout { tpr, native_dot }).unwrap();
+            let mv = MatVec::with_layout(
+                g,
+                ty,
+                cols,
+                Layout {
+                    tpr,
+                    native_dot,
+                    subgroups: false,
+                },
+            )
+            .unwrap();
             let xb = g.upload_f32("xs", &xs).unwrap();
             let yb = g.scratch_f32("ys", n * rows);
             mv.run_batch(g, &m, (&xb, &yb), n).unwrap();
@@ -735,7 +751,17 @@ fn matrices_split_over_bindings_give_the_same_bits() {
         let xs: Vec<f32> = (0..n * cols).map(|_| rng.next()).collect();
         let xb = g.upload_f32("xs", &xs).unwrap();
         for (tpr, native_dot) in LAYOUTS {
-            let mv = MatVec::with_layout(&g, ty, cols, Layout { tpr, native_dot }).unwrap();
+            let mv = MatVec::with_layout(
+                &g,
+                ty,
+                cols,
+                Layout {
+                    tpr,
+                    native_dot,
+                    subgroups: false,
+                },
+            )
+            .unwrap();
             for batch in [1, n] {
                 let mut out = Vec::new();
                 for m in [&whole, &split] {
@@ -771,4 +797,46 @@ fn matrices_split_over_bindings_give_the_same_bits() {
         Err(e) => assert!(e.to_string().contains("blk.0.big"), "{e}"),
         Ok(_) => panic!("a 272-byte row fit a 100-byte binding"),
     }
+}
+
+/// Where the adapter has subgroups in thread order (lavapipe does), the
+/// products that exchange partial sums in registers give exactly the bits
+/// of those that go through workgroup memory, for every type, 4 to 64
+/// threads per row and a batch of rows.
+#[test]
+fn subgroup_reductions_give_the_bits_of_the_memory_ones() {
+    let g = gpu();
+    assert!(
+        g.subgroups,
+        "{} has no subgroups in thread order: this test needs them",
+        g.adapter
+    );
+    let (rows, cols, n) = (21usize, 512usize, 3usize);
+    let mut failures = Vec::new();
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let (bytes, _, _) = case(ty, rows, cols, 500 + i as u64);
+        let m = g.upload_matrix("w", ty, rows, cols, &bytes).unwrap();
+        let mut rng = Rng(88 + i as u64);
+        let xs: Vec<f32> = (0..n * cols).map(|_| rng.next()).collect();
+        let xb = g.upload_f32("xs", &xs).unwrap();
+        for tpr in [4u32, 16, 32, 64] {
+            let mut out = Vec::new();
+            for subgroups in [false, true] {
+                let layout = Layout {
+                    tpr,
+                    native_dot: true,
+                    subgroups,
+                };
+                let mv = MatVec::with_layout(g, ty, cols, layout).unwrap();
+                let yb = g.scratch_f32("ys", n * rows);
+                mv.run_batch(g, &m, (&xb, &yb), n).unwrap();
+                let y = g.read_f32(&yb, n * rows).unwrap();
+                out.push(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            }
+            if out[0] != out[1] {
+                failures.push(format!("{ty} tpr {tpr}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join(", "));
 }
