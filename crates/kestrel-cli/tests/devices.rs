@@ -185,7 +185,8 @@ fn profile_breaks_a_gpu_step_down_by_kernel_class() {
 
 /// `perplexity --device gpu` scores the text on the GPU model: the estimate
 /// is printed in llama-perplexity's format and lies within 5% of the CPU's
-/// (the devices differ only in rounding; 7 scored tokens here).
+/// (the devices differ only in rounding; 32 scored tokens here: over 7 a
+/// single token's rounding moved the estimate 5%).
 #[test]
 fn perplexity_on_the_gpu_agrees_with_the_cpu() {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -195,7 +196,7 @@ fn perplexity_on_the_gpu_agrees_with_the_cpu() {
         let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
             .args(["perplexity", "-m"])
             .arg(&model)
-            .args(["-f", "/usr/share/common-licenses/GPL-3", "-c", "16"])
+            .args(["-f", "/usr/share/common-licenses/GPL-3", "-c", "64"])
             .args(["--chunks", "1"])
             .args(extra)
             .output()
