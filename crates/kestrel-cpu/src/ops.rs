@@ -150,23 +150,9 @@ pub fn gelu(x: f32) -> f32 {
     f16_to_f32(gelu_table()[usize::from(f32_to_f16(x))])
 }
 
-/// gelu of every f16 input, as f16 (ggml's table, built the same way once).
+/// ggml's GELU table (shared with the GPU backend).
 fn gelu_table() -> &'static [u16] {
-    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| (0..=u16::MAX).map(gelu_f16).collect())
-}
-
-/// The table entry for the f16 input `h`.
-fn gelu_f16(h: u16) -> u16 {
-    let xh = f16_to_f32(h);
-    // ggml's constant, written in full so it rounds to the same f32.
-    #[allow(clippy::excessive_precision)]
-    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4;
-    const COEF_A: f32 = 0.044715;
-    // ggml's table is built by code its compiler contracts: 1 + (a·x)·x is fused.
-    let inner = (COEF_A * xh).mul_add(xh, 1.0);
-    let g = 0.5 * xh * (1.0 + (SQRT_2_OVER_PI * xh * inner).tanh());
-    f32_to_f16(g)
+    kestrel_quant::gelu_f16_table()
 }
 
 /// y[i] = gelu(gate[i]) * up[i].

@@ -1,7 +1,8 @@
 //! Element-wise kernels of the forward pass: RoPE (from a cos/sin table
 //! the host builds once with `kestrel_model::rope::rope_cache`, as the CPU
 //! does, so both devices rotate by the same angles; GPU cos/sin are far
-//! from correctly rounded), SwiGLU / GeGLU, softcap, and the residual add.
+//! from correctly rounded), SwiGLU / GeGLU (GELU through ggml's f16 table,
+//! as the CPU), softcap, and the residual add.
 //! One thread per value (per rotated pair for RoPE).
 
 use crate::{Gpu, GpuError, GRID_X};
@@ -44,12 +45,19 @@ const ELEMENTWISE: &str = r#"
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 // n, op, f32 parameter bits
 @group(0) @binding(3) var<uniform> p: vec4<u32>;
+// ggml's GELU of every f16 input as f16, two to a word
+// (`kestrel_quant::gelu_f16_table`).
+@group(0) @binding(4) var<storage, read> gelu_table: array<u32>;
 
+HALF
+F16_ROUND
+
+// GELU as ggml computes it on the CPU: the table entry of x rounded to f16.
 fn gelu(x: f32) -> f32 {
     if (x <= -10.0) { return 0.0; }
     if (x >= 10.0) { return x; }
-    let inner = fma(0.044715 * x, x, 1.0);
-    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * x * inner));
+    let h = f16bits(x);
+    return half((gelu_table[h >> 1u] >> (16u * (h & 1u))) & 0xffffu);
 }
 
 // ggml's vectorised expf (ggml_v_expf), step for step as the CPU's twin
@@ -67,7 +75,7 @@ fn v_expf(x: f32) -> f32 {
     let u = b * b;
     let j = fma(
         fma(fma(bitcast<f32>(0x3c072010u), b, bitcast<f32>(0x3d2b9f17u)), u,
-            fma(bitcast<f32>(0x3e2aaf33u), b, bitcast<f32>(0x3effffdbu))),
+            fma(bitcast<f32>(0x3e2aaf33u), b, bitcast<f32>(0x3efffedbu))),
         u,
         bitcast<f32>(0x3f7ffff6u) * b);
     if (abs(n) <= 126.0) { return fma(j, k, k); }
@@ -95,7 +103,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
             if (i % p.w < p.w / 8u * 8u) { e = v_expf(-x); } else { e = exp(-x); }
             y[i] = div(x, 1.0 + e) * b[i];
         }
-        // y = gelu(a) * b
+        // y = gelu(a) * b (a >= 10 passes through, as ggml's table path)
         case 1u: { y[i] = gelu(a[i]) * b[i]; }
         // y = cap * tanh(y / cap)
         case 2u: { let cap = bitcast<f32>(p.z); y[i] = tanh(y[i] * (1.0 / cap)) * cap; }
@@ -120,6 +128,7 @@ pub struct Ops {
     /// Bound where an op leaves an input unused (a buffer may not be bound
     /// both read-only and writable in one dispatch).
     unused: wgpu::Buffer,
+    gelu_table: wgpu::Buffer,
 }
 
 fn check(what: &str, bufs: &[(&wgpu::Buffer, usize)]) -> Result<(), GpuError> {
@@ -143,9 +152,17 @@ impl Ops {
                 "elementwise",
                 &ELEMENTWISE
                     .replace("GRID_X", &grid)
-                    .replace("EXACT_DIV", crate::matvec::EXACT_DIV),
+                    .replace("EXACT_DIV", crate::matvec::EXACT_DIV)
+                    .replace("F16_ROUND", crate::matvec::F16_ROUND)
+                    .replace("HALF", crate::matvec::HALF),
             ),
             unused: gpu.scratch_f32("unused", 1),
+            gelu_table: {
+                let table = kestrel_quant::gelu_f16_table();
+                let buf = gpu.scratch_f32("gelu table", table.len() / 2);
+                gpu.queue.write_buffer(&buf, 0, bytemuck::cast_slice(table));
+                buf
+            },
         }
     }
 
@@ -195,7 +212,7 @@ impl Ops {
         param: f32,
     ) {
         let params = gpu.params(&[n as u32, op, param.to_bits(), row.max(1) as u32]);
-        let bind = gpu.bind(&self.elementwise, &[y, a, b, &params]);
+        let bind = gpu.bind(&self.elementwise, &[y, a, b, &params, &self.gelu_table]);
         gpu.run(&self.elementwise, &bind, (n as u32).div_ceil(64));
     }
 

@@ -1,5 +1,5 @@
 //! Unquantized element types: F32, F16 and BF16 rows, their scalar
-//! conversions, and their dot products.
+//! conversions, and their dot products; and ggml's f16 GELU table.
 //!
 //! ggml pairs float weights with activations of the same type (F16 weights
 //! dot F16 activations), so each dot here widens both sides to f32, multiplies
@@ -113,6 +113,27 @@ pub(crate) fn vec_dot_bf16(_n: usize, w: &[u8], a: &[u8]) -> f32 {
         sum += x * y;
     }
     sum
+}
+
+/// GELU (tanh form) of every f16 input, as f16, indexed by the input's
+/// bits: ggml computes GELU on the CPU through this table, built once the
+/// same way, and both backends look it up to get its bits.
+pub fn gelu_f16_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(gelu_f16).collect())
+}
+
+/// The table entry for the f16 input `h`.
+fn gelu_f16(h: u16) -> u16 {
+    let xh = f16_to_f32(h);
+    // ggml's constant, written in full so it rounds to the same f32.
+    #[allow(clippy::excessive_precision)]
+    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4;
+    const COEF_A: f32 = 0.044715;
+    // ggml's table is built by code its compiler contracts: 1 + (a·x)·x is fused.
+    let inner = (COEF_A * xh).mul_add(xh, 1.0);
+    let g = 0.5 * xh * (1.0 + (SQRT_2_OVER_PI * xh * inner).tanh());
+    f32_to_f16(g)
 }
 
 #[cfg(test)]

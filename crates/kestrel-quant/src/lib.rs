@@ -26,7 +26,7 @@ mod simd;
 mod x86;
 
 pub use f16row::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_mad_f16, f32_to_f16_row};
-pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, gelu_f16_table};
 pub use kestrel_gguf::GgmlType;
 
 /// Dequantize a whole number of blocks into f32 (`dst.len()` elements).
