@@ -147,13 +147,7 @@ pub fn run(
     let cfg = &shared.config;
     let engine = match Engine::load_backed(&model, cfg.threads, cfg.backing) {
         Ok(e) => e,
-        Err(e) => {
-            let msg = e.to_string();
-            *shared.state.write().unwrap_or_else(|e| e.into_inner()) =
-                LoadState::Failed(msg.clone());
-            let _ = loaded.send(Err(msg));
-            return;
-        }
+        Err(e) => return load_failed(&shared, loaded, e.to_string()),
     };
     let train = engine.model.spec.hparams.n_ctx_train.max(1);
     let slots = cfg.parallel.max(1);
@@ -176,13 +170,7 @@ pub fn run(
         });
         match uploaded {
             Ok(m) => Some(m),
-            Err(e) => {
-                let msg = format!("gpu: {e}");
-                *shared.state.write().unwrap_or_else(|e| e.into_inner()) =
-                    LoadState::Failed(msg.clone());
-                let _ = loaded.send(Err(msg));
-                return;
-            }
+            Err(e) => return load_failed(&shared, loaded, format!("gpu: {e}")),
         }
     } else {
         None
@@ -203,6 +191,16 @@ pub fn run(
     serve_jobs(&shared, &jobs, &new_batch);
 }
 
+/// Reports a model that could not be loaded (to `/health` and to `serve`).
+fn load_failed(
+    shared: &Shared,
+    loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
+    msg: String,
+) {
+    *shared.state.write().unwrap_or_else(|e| e.into_inner()) = LoadState::Failed(msg.clone());
+    let _ = loaded.send(Err(msg));
+}
+
 /// The batching loop (see the module documentation).
 fn serve_jobs<'e>(
     shared: &Arc<Shared>,
@@ -210,9 +208,12 @@ fn serve_jobs<'e>(
     new_batch: &dyn Fn() -> Result<Batch<'e>, kestrel_engine::EngineError>,
 ) {
     let m = &shared.metrics;
-    let Ok(mut batch) = new_batch() else {
-        eprintln!("error: the batch could not be set up");
-        return;
+    let mut batch = match new_batch() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: the batch could not be set up: {e}");
+            return;
+        }
     };
     let mut running: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
     let mut next_id = 0u64;
