@@ -72,8 +72,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
                 vs = exp(s - m);
             }
             if (ms != 1.0) { acc = f16r(acc * ms); }
-            acc = f16r(fma(h(1u, j * v_w + kvh * dv + d), vs, acc));
-            sum = fma(sum, ms, vs);
+            acc = f16r(fmaf(h(1u, j * v_w + kvh * dv + d), vs, acc));
+            sum = fmaf(sum, ms, vs);
         }
         var inv = 0.0;
         if (sum != 0.0) { inv = div(1.0, sum); }
@@ -123,10 +123,11 @@ impl Attention {
                 &ATTEND.replace(
                     "F16_ROUND",
                     &format!(
-                        "{}{}{}",
+                        "{}{}{}{}",
                         crate::matvec::F16_ROUND,
                         crate::matvec::EXACT_DIV,
-                        crate::matvec::HALF
+                        crate::matvec::HALF,
+                        gpu.fma_wgsl()
                     ),
                 ),
             ),

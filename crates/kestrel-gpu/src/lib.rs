@@ -11,12 +11,15 @@
 //!
 //! Numerics follow the CPU backend's (and so ggml's) rounding points: 8-bit
 //! activations rounded bit for bit as the CPU rounds them, RMSNorm bit for
-//! bit (an exact sum standing in for ggml's f64 one), integer block
-//! sums, f16 value sums in attention, ggml's SIMD exp in SiLU. What still
-//! differs is the order of f32 additions and the last bit of exp and of a
-//! non-fused fma (lavapipe does not fuse), and one such bit can move an 8-bit
-//! activation quant: on SmolLM2 the logits differ by about 2% of their
-//! spread (`examples/logitdiff.rs` measures it).
+//! bit (an exact sum standing in for ggml's f64 one), the legacy block
+//! types' products in ggml's lane order, RoPE and ggml's SIMD exp in SiLU
+//! with fused multiply-adds rounding once ([`exact`] emulates them where
+//! the adapter's `fma` is not fused, as lavapipe's is not), f16 value sums
+//! in attention. On SmolLM2 the first position's logits are the CPU's bits.
+//! What still differs is attention's score sums and exp, and the K-quant
+//! products' order; one such bit can move an 8-bit activation quant, and
+//! later logits differ by about 2% of their spread (`examples/logitdiff.rs`
+//! measures it).
 //!
 //! [`model`] runs a whole model, a step for one sequence or several
 //! together and a prompt in chunks of positions (weights read once per
@@ -34,6 +37,7 @@
 
 pub mod attention;
 pub mod embed;
+pub mod exact;
 pub mod matvec;
 pub mod model;
 pub mod norm;
@@ -152,6 +156,10 @@ pub struct Gpu {
     /// (lane = thread index mod the subgroup size), which the reductions
     /// that exchange sums between lanes rely on. Tests may turn it off.
     pub subgroups: bool,
+    /// The adapter's WGSL `fma` rounds once (a probe at start-up); where it
+    /// does not, shaders take an exact emulation ([`Gpu::fma_wgsl`]).
+    /// Tests may turn it off.
+    pub fused_fma: bool,
     /// The adapter can time passes ([`Gpu::set_profiling`]).
     pub has_timestamps: bool,
     /// The largest storage buffer one binding may hold: weights bigger than
@@ -204,6 +212,7 @@ impl Gpu {
             has_f16: features.contains(wgpu::Features::SHADER_F16),
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
             subgroups: false,
+            fused_fma: false,
             has_timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding: limits
                 .max_storage_buffer_binding_size
@@ -219,6 +228,7 @@ impl Gpu {
             readback_bytes: Default::default(),
         };
         gpu.subgroups = gpu.has_subgroups && gpu.subgroups_in_thread_order()?;
+        gpu.fused_fma = gpu.fma_is_fused()?;
         Ok(gpu)
     }
 

@@ -7,10 +7,11 @@
 //! on the device to the 8-bit format ggml pairs with the weight type (Q8_0,
 //! Q8_1 or Q8_K; [`ActQuant`]), bit for bit as the CPU rounds it, and each
 //! 32-value unit's products are summed as exact integers (`dot4I8Packed`)
-//! before its scales are applied in f32. GPU and CPU then differ only in the
-//! order of the f32 additions, which keeps greedy decoding on the two
-//! devices on the same tokens. F16 weights take x rounded to f16, as ggml
-//! does; F32 weights take x as it is.
+//! before its scales are applied in f32. The legacy types (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0) then add those in ggml's order (`MAIN_LANES`) and
+//! give the CPU's bits; the others differ from it in the order of the f32
+//! additions only. F16 weights take x rounded to f16, as ggml does; F32
+//! weights take x as it is.
 //!
 //! Layout: `TPR` threads per weight row (a power of two up to 64) share a
 //! row's units and add their sums in a tree; a workgroup of 64 threads
@@ -239,13 +240,29 @@ impl MatVec {
         max_cols: usize,
         layout: Layout,
     ) -> Result<MatVec, GpuError> {
-        let tpr = layout.tpr;
-        if !tpr.is_power_of_two() || tpr > 64 {
+        if !layout.tpr.is_power_of_two() || layout.tpr > 64 {
             return Err(GpuError::Shape(format!(
-                "{tpr} threads per row: must be a power of two up to 64"
+                "{} threads per row: must be a power of two up to 64",
+                layout.tpr
             )));
         }
-        let unit = unit_fn(ty).ok_or(GpuError::Unsupported(ty))?;
+        // The legacy block types sum in ggml's lanes: eight chains per row,
+        // so at most eight threads share one.
+        let lanes = lane_fn(ty);
+        let tpr = if lanes.is_some() {
+            layout.tpr.min(8)
+        } else {
+            layout.tpr
+        };
+        let (unit, main) = match lanes {
+            Some(l) => (l, MAIN_LANES),
+            None => (unit_fn(ty).ok_or(GpuError::Unsupported(ty))?, MAIN),
+        };
+        let finish = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+            "s + summs"
+        } else {
+            "s"
+        };
         let act = match act_type(ty) {
             Some(a) => Some(ActQuant::new(gpu, a, max_cols * MAX_BATCH)?),
             None => None,
@@ -285,10 +302,12 @@ impl MatVec {
         } else {
             DOT4_UNPACKED
         };
+        let fma = gpu.fma_wgsl();
         let src = format!(
-            "{enable}\n{bindings}\n{shared}\n{HALF}\n{HELPERS}\n{dot4}\n{F16_ROUND}\n{unit}\n{MAIN}\n"
+            "{enable}\n{bindings}\n{shared}\n{HALF}\n{HELPERS}\n{dot4}\n{F16_ROUND}\n{fma}\n{unit}\n{main}\n"
         )
         .replace("REDUCE", reduce)
+        .replace("FINISH", finish)
         .replace("SG_PARAM", sg_param)
         .replace("SG_SIZE", sg)
         .replace("SHUFFLE", shuffle)
@@ -371,8 +390,11 @@ impl MatVec {
         };
         gpu.note_bytes((m.rows * m.row_bytes) as u64);
         let rows_per_group = 64 / self.tpr as usize;
+        // ggml repacks Q4_0 matrices of whole groups of 8 rows, whose
+        // kernels sum each row in one chain (as the CPU's `dot_path`).
+        let chain = u32::from(m.ty == GgmlType::Q4_0 && m.rows.is_multiple_of(8));
         for part in &m.parts {
-            let at = gpu.params(&[part.row0 as u32, part.rows as u32, 0, 0]);
+            let at = gpu.params(&[part.row0 as u32, part.rows as u32, chain, 0]);
             let bind = match &self.act {
                 Some(act) => gpu.bind_at(
                     &self.pipeline,
@@ -722,7 +744,128 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
 }
 "#;
 
-const REDUCE_NONE: &str = "if (row < p3.y) { y[c * p.x + p3.x + row] = s; }";
+/// The legacy block types in ggml's AVX2 order, which the CPU follows
+/// bit for bit: lane l of a row (l < 8) sums, block after block, the
+/// exact integer sum of the block's elements 4l..4l+3 times the block's
+/// scale (d_w * d_a), one fused multiply-add each (`fmaf`); the eight
+/// lanes are then added as `hsum_float_8` adds them; Q4_1 and Q5_1 add
+/// their own fused chain of m_w * s_a at the end. With `TPR` threads per
+/// row (1, 2, 4 or 8) thread `lane` runs lanes lane, lane + TPR, ..., adds
+/// its own ones in the sum's first stages, and the butterfly does the
+/// rest: the same pairs in the same order. Repacked Q4_0 (p3.z set) is
+/// one chain of the blocks' whole integer sums instead.
+const MAIN_LANES: &str = r#"
+// the part's first row in the matrix, its rows (`row` counts within it),
+// one chain per row (repacked Q4_0)
+@group(0) @binding(7) var<uniform> p3: vec4<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32SG_PARAM) {
+    let row = (g.y * GRID_X + g.x) * RPG + t / TPR;
+    let lane = t % TPR;
+    for (var c = 0u; c < p2.x; c++) {
+        set_col(c);
+        var s = 0.0;
+        var summs = 0.0;
+        if (row < p3.y) {
+            let base = row * p.z;
+            if (p3.z != 0u) {
+                if (lane == 0u) {
+                    for (var u = 0u; u < p.w; u++) {
+                        var isum = 0i;
+                        for (var l = 0u; l < 8u; l++) { isum += lane_sum(base, u, l); }
+                        s = fmaf(f32(isum), scale(base, u), s);
+                    }
+                }
+            } else {
+                var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+                for (var u = 0u; u < p.w; u++) {
+                    let d = scale(base, u);
+                    for (var l = lane; l < 8u; l += TPR) {
+                        acc[l] = fmaf(d, f32(lane_sum(base, u, l)), acc[l]);
+                    }
+                    if (lane == 0u) { summs = min_term(base, u, summs); }
+                }
+                for (var k = 4u; k >= TPR; k >>= 1u) {
+                    for (var l = lane; l < k; l += TPR) { acc[l] = acc[l] + acc[l + k]; }
+                }
+                s = acc[lane];
+            }
+        }
+        REDUCE
+    }
+}
+"#;
+
+/// `lane_sum(base, u, l)`: the exact integer sum of elements 4l..4l+3 of
+/// block `u` of the row at byte `base` times the activations'; `scale`:
+/// d_w * d_a; `min_term(base, u, summs)`: the affine types' next fused
+/// m_w * s_a (the others return summs). Nibble words hold elements
+/// 4k..4k+3 in their low nibbles and 16+4k.. in their high ones; xq word
+/// 8u + l holds activations 4l..4l+3 of block u.
+fn lane_fn(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType as T;
+    Some(match ty {
+        T::Q8_0 => {
+            r#"
+fn lane_sum(base: u32, u: u32, l: u32) -> i32 {
+    return dot4(u32_at(base + u * 34u + 2u + 4u * l), aq(8u * u + l));
+}
+fn scale(base: u32, u: u32) -> f32 { return h16(base + u * 34u) * bitcast<f32>(am(u)); }
+fn min_term(base: u32, u: u32, summs: f32) -> f32 { return summs; }"#
+        }
+        T::Q4_0 => {
+            r#"
+fn lane_sum(base: u32, u: u32, l: u32) -> i32 {
+    let q = (u32_at(base + u * 18u + 2u + 4u * (l % 4u)) >> (4u * (l / 4u))) & 0x0f0f0f0fu;
+    return dot4(sub_bytes(q, 8u), aq(8u * u + l));
+}
+fn scale(base: u32, u: u32) -> f32 { return h16(base + u * 18u) * bitcast<f32>(am(u)); }
+fn min_term(base: u32, u: u32, summs: f32) -> f32 { return summs; }"#
+        }
+        // 20-byte blocks in rows of whole blocks: always word-aligned.
+        T::Q4_1 => {
+            r#"
+fn lane_sum(base: u32, u: u32, l: u32) -> i32 {
+    let q = (w[((base + u * 20u) >> 2u) + 1u + l % 4u] >> (4u * (l / 4u))) & 0x0f0f0f0fu;
+    return dot4(q, aq(8u * u + l));
+}
+fn scale(base: u32, u: u32) -> f32 {
+    return half(w[(base + u * 20u) >> 2u] & 0xffffu) * bitcast<f32>(am(2u * u));
+}
+fn min_term(base: u32, u: u32, summs: f32) -> f32 {
+    return fmaf(half(w[(base + u * 20u) >> 2u] >> 16u), bitcast<f32>(am(2u * u + 1u)), summs);
+}"#
+        }
+        T::Q5_0 => {
+            r#"
+fn lane_sum(base: u32, u: u32, l: u32) -> i32 {
+    let o = base + u * 22u;
+    let q = (u32_at(o + 6u + 4u * (l % 4u)) >> (4u * (l / 4u))) & 0x0f0f0f0fu;
+    let hb = spread4(u32_at(o + 2u) >> (16u * (l / 4u) + 4u * (l % 4u))) << 4u;
+    return dot4(sub_bytes(q | hb, 16u), aq(8u * u + l));
+}
+fn scale(base: u32, u: u32) -> f32 { return h16(base + u * 22u) * bitcast<f32>(am(u)); }
+fn min_term(base: u32, u: u32, summs: f32) -> f32 { return summs; }"#
+        }
+        T::Q5_1 => {
+            r#"
+fn lane_sum(base: u32, u: u32, l: u32) -> i32 {
+    let o = base + u * 24u;
+    let q = (u32_at(o + 8u + 4u * (l % 4u)) >> (4u * (l / 4u))) & 0x0f0f0f0fu;
+    let hb = spread4(u32_at(o + 4u) >> (16u * (l / 4u) + 4u * (l % 4u))) << 4u;
+    return dot4(q | hb, aq(8u * u + l));
+}
+fn scale(base: u32, u: u32) -> f32 { return h16(base + u * 24u) * bitcast<f32>(am(2u * u)); }
+fn min_term(base: u32, u: u32, summs: f32) -> f32 {
+    return fmaf(h16(base + u * 24u + 2u), bitcast<f32>(am(2u * u + 1u)), summs);
+}"#
+        }
+        _ => return None,
+    })
+}
+
+const REDUCE_NONE: &str = "if (row < p3.y) { y[c * p.x + p3.x + row] = FINISH; }";
 
 /// A butterfly over the row's lanes: at each distance k, from TPR / 2
 /// down to one, every lane adds its partner's sum (lane ^ k), through
@@ -739,14 +882,14 @@ const REDUCE_TREE: &str = r#"var k = TPR / 2u;
     }
     SHUFFLE
     if (lane == 0u && row < p3.y) {
-        y[c * p.x + p3.x + row] = s;
+        y[c * p.x + p3.x + row] = FINISH;
     }"#;
 
 /// `fn unit(base, u) -> f32`: the dot of 32-value unit `u` of the row
-/// starting at byte `base` with the activations' unit `u`, in each
-/// format's layout. Nibble words hold values 4k..4k+3 in their low nibbles
-/// and 16+4k.. in their high ones (legacy blocks); xq word 8u + k holds
-/// activation values 4k..4k+3 of unit u.
+/// starting at byte `base` with the activations' unit `u`, for the types
+/// whose units are summed in any order (the float and K-quant types; the
+/// legacy ones go through [`lane_fn`]). xq word 8u + k holds activation
+/// values 4k..4k+3 of unit u.
 fn unit_fn(ty: GgmlType) -> Option<&'static str> {
     use GgmlType as T;
     Some(match ty {
@@ -771,73 +914,6 @@ fn unit(base: u32, u: u32) -> f32 {
         s += half(v & 0xffffu) * f16r(ax(xi + 2u * j)) + half(v >> 16u) * f16r(ax(xi + 2u * j + 1u));
     }
     return s;
-}"#
-        }
-        T::Q8_0 => {
-            r#"
-fn unit(base: u32, u: u32) -> f32 {
-    let o = base + u * 34u;
-    var s = 0i;
-    for (var k = 0u; k < 8u; k++) { s += dot4(u32_at(o + 2u + 4u * k), aq(8u * u + k)); }
-    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
-}"#
-        }
-        T::Q4_0 => {
-            r#"
-fn unit(base: u32, u: u32) -> f32 {
-    let o = base + u * 18u;
-    var s = 0i;
-    for (var k = 0u; k < 4u; k++) {
-        let q = u32_at(o + 2u + 4u * k);
-        s += dot4(sub_bytes(q & 0x0f0f0f0fu, 8u), aq(8u * u + k))
-           + dot4(sub_bytes((q >> 4u) & 0x0f0f0f0fu, 8u), aq(8u * u + 4u + k));
-    }
-    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
-}"#
-        }
-        // 20-byte blocks in rows of whole blocks: always word-aligned.
-        T::Q4_1 => {
-            r#"
-fn unit(base: u32, u: u32) -> f32 {
-    let o = (base + u * 20u) >> 2u;
-    var s = 0i;
-    for (var k = 0u; k < 4u; k++) {
-        let q = w[o + 1u + k];
-        s += dot4(q & 0x0f0f0f0fu, aq(8u * u + k))
-           + dot4((q >> 4u) & 0x0f0f0f0fu, aq(8u * u + 4u + k));
-    }
-    return f32(s) * (half(w[o] & 0xffffu) * bitcast<f32>(am(2u * u))) + half(w[o] >> 16u) * bitcast<f32>(am(2u * u + 1u));
-}"#
-        }
-        T::Q5_0 => {
-            r#"
-fn unit(base: u32, u: u32) -> f32 {
-    let o = base + u * 22u;
-    let qh = u32_at(o + 2u);
-    var s = 0i;
-    for (var k = 0u; k < 4u; k++) {
-        let q = u32_at(o + 6u + 4u * k);
-        let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
-        let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
-        s += dot4(sub_bytes(lo, 16u), aq(8u * u + k))
-           + dot4(sub_bytes(hi, 16u), aq(8u * u + 4u + k));
-    }
-    return f32(s) * (h16(o) * bitcast<f32>(am(u)));
-}"#
-        }
-        T::Q5_1 => {
-            r#"
-fn unit(base: u32, u: u32) -> f32 {
-    let o = base + u * 24u;
-    let qh = u32_at(o + 4u);
-    var s = 0i;
-    for (var k = 0u; k < 4u; k++) {
-        let q = u32_at(o + 8u + 4u * k);
-        let lo = (q & 0x0f0f0f0fu) | (spread4(qh >> (4u * k)) << 4u);
-        let hi = ((q >> 4u) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * k)) << 4u);
-        s += dot4(lo, aq(8u * u + k)) + dot4(hi, aq(8u * u + 4u + k));
-    }
-    return f32(s) * (h16(o) * bitcast<f32>(am(2u * u))) + h16(o + 2u) * bitcast<f32>(am(2u * u + 1u));
 }"#
         }
         // 256-value blocks: d, dmin, 12 bytes of 6-bit scales and mins,

@@ -34,8 +34,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     let x0 = v[a];
     let x1 = v[b];
     // The CPU's fused forms (as ggml's compiler contracts them).
-    v[a] = fma(x0, c, -(x1 * s));
-    v[b] = fma(x0, s, x1 * c);
+    v[a] = fmaf(x0, c, -(x1 * s));
+    v[b] = fmaf(x0, s, x1 * c);
 }
 "#;
 
@@ -61,33 +61,34 @@ fn gelu(x: f32) -> f32 {
 }
 
 // ggml's vectorised expf (ggml_v_expf), step for step as the CPU's twin
-// computes it, so SiLU agrees with the CPU's to the last bit where fma is
-// fused (on lavapipe it is not, which leaves an ulp or so).
+// computes it (`fmaf` rounding once, as its fused instructions do), so SiLU
+// agrees with the CPU's to the last bit.
 fn v_expf(x: f32) -> f32 {
     // ggml rounds x·log2(e) to an integer by adding and subtracting
     // 1.5·2^23; a shader compiler may fold that away, so round() instead
     // (also to even). The integer's bits shifted into the exponent field are
     // what ggml takes from the sum's low bits.
     let n = round(x * bitcast<f32>(0x3fb8aa3bu));
-    let b = fma(-n, bitcast<f32>(0x35bfbe8eu), fma(-n, bitcast<f32>(0x3f317200u), x));
+    let b = fmaf(-n, bitcast<f32>(0x35bfbe8eu), fmaf(-n, bitcast<f32>(0x3f317200u), x));
     let e = bitcast<u32>(i32(n)) << 23u;
     let k = bitcast<f32>(e + bitcast<u32>(1.0));
     let u = b * b;
-    let j = fma(
-        fma(fma(bitcast<f32>(0x3c072010u), b, bitcast<f32>(0x3d2b9f17u)), u,
-            fma(bitcast<f32>(0x3e2aaf33u), b, bitcast<f32>(0x3efffedbu))),
+    let j = fmaf(
+        fmaf(fmaf(bitcast<f32>(0x3c072010u), b, bitcast<f32>(0x3d2b9f17u)), u,
+            fmaf(bitcast<f32>(0x3e2aaf33u), b, bitcast<f32>(0x3efffedbu))),
         u,
         bitcast<f32>(0x3f7ffff6u) * b);
-    if (abs(n) <= 126.0) { return fma(j, k, k); }
+    if (abs(n) <= 126.0) { return fmaf(j, k, k); }
     var g = 0u;
     if (n <= 0.0) { g = 0x82000000u; }
     let s1 = bitcast<f32>(g + 0x7f000000u);
     let s2 = bitcast<f32>(e - g);
     if (abs(n) > 192.0) { return s1 * s1; }
-    return fma(s2, j, s2) * s1;
+    return fmaf(s2, j, s2) * s1;
 }
 
 EXACT_DIV
+FMA_SRC
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -147,14 +148,18 @@ impl Ops {
     pub fn new(gpu: &Gpu) -> Ops {
         let grid = format!("{GRID_X}u");
         Ops {
-            rope: gpu.pipeline("rope", &ROPE.replace("GRID_X", &grid)),
+            rope: gpu.pipeline(
+                "rope",
+                &format!("{}{}", ROPE.replace("GRID_X", &grid), gpu.fma_wgsl()),
+            ),
             elementwise: gpu.pipeline(
                 "elementwise",
                 &ELEMENTWISE
                     .replace("GRID_X", &grid)
                     .replace("EXACT_DIV", crate::matvec::EXACT_DIV)
                     .replace("F16_ROUND", crate::matvec::F16_ROUND)
-                    .replace("HALF", crate::matvec::HALF),
+                    .replace("HALF", crate::matvec::HALF)
+                    .replace("FMA_SRC", gpu.fma_wgsl()),
             ),
             unused: gpu.scratch_f32("unused", 1),
             gelu_table: {

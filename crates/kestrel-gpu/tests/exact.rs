@@ -1,0 +1,147 @@
+//! The exact float operations of `kestrel_gpu::exact` against the CPU's:
+//! the emulated fused multiply-add gives `f32::mul_add`'s bits on random
+//! and edge-case triples, whatever the adapter's own `fma` does.
+
+use kestrel_gpu::exact::{FMA_EMULATED, FMA_NATIVE};
+use kestrel_gpu::Gpu;
+
+struct Rng(u64);
+
+impl Rng {
+    fn u32(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 32) as u32
+    }
+
+    /// A float with a random sign and mantissa and an exponent within
+    /// `spread` binades of 2^0.
+    fn float(&mut self, spread: i32) -> f32 {
+        let e = (127 + (self.u32() % (2 * spread as u32 + 1)) as i32 - spread).clamp(0, 254);
+        f32::from_bits((self.u32() & 0x8000_0000) | ((e as u32) << 23) | (self.u32() & 0x7f_ffff))
+    }
+}
+
+/// Triples meant to reach every path: near cancellation, addends far
+/// above and below the product, subnormal inputs and results, overflow,
+/// signed zeros, infinities and NaNs.
+fn triples() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..60_000 {
+        let (x, y) = (rng.float(20), rng.float(20));
+        let z = match i % 6 {
+            // Cancellation: c near -(x*y), a few ulps away.
+            0 => f32::from_bits(
+                (-(x * y))
+                    .to_bits()
+                    .wrapping_add(rng.u32() % 9)
+                    .wrapping_sub(4),
+            ),
+            1 => rng.float(60),
+            2 => rng.float(5) * (x * y).abs(),
+            3 => f32::from_bits(rng.u32() & 0x807f_ffff), // subnormal
+            4 => -(x * y) * (1.0 + (rng.u32() % 64) as f32 * f32::EPSILON),
+            _ => rng.float(130),
+        };
+        a.push(x);
+        b.push(y);
+        c.push(z);
+    }
+    // Products deep in the subnormal range and near overflow.
+    for _ in 0..4000 {
+        let small = f32::from_bits(rng.u32() % 0x0100_0000);
+        a.push(small);
+        b.push(rng.float(30));
+        c.push(if rng.u32().is_multiple_of(2) { 0.0 } else { small });
+        a.push(rng.float(3) * 1e19);
+        b.push(rng.float(3) * 1e19);
+        c.push(-rng.float(3) * 3e38);
+    }
+    let special = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1e-45,
+        3.0,
+        f32::EPSILON,
+    ];
+    for &x in &special {
+        for &y in &special {
+            for &z in &special {
+                a.push(x);
+                b.push(y);
+                c.push(z);
+            }
+        }
+    }
+    (a, b, c)
+}
+
+fn same(got: f32, want: f32) -> bool {
+    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
+}
+
+#[test]
+fn emulated_fma_rounds_once_as_the_cpu() {
+    let gpu = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
+    let (a, b, c) = triples();
+    let got = gpu.run_fma(FMA_EMULATED, &a, &b, &c).expect("fma");
+    let bad: Vec<String> = (0..a.len())
+        .filter(|&i| !same(got[i], a[i].mul_add(b[i], c[i])))
+        .take(10)
+        .map(|i| {
+            format!(
+                "fma({:e}, {:e}, {:e}) = {:e} ({:#x}), want {:e} ({:#x})",
+                a[i],
+                b[i],
+                c[i],
+                got[i],
+                got[i].to_bits(),
+                a[i].mul_add(b[i], c[i]),
+                a[i].mul_add(b[i], c[i]).to_bits()
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // Control: rounding the product first fails the same cases.
+    let unfused = (0..a.len())
+        .filter(|&i| !same(a[i] * b[i] + c[i], a[i].mul_add(b[i], c[i])))
+        .count();
+    assert!(
+        unfused > 1000,
+        "the cases tell fused from unfused: {unfused}"
+    );
+}
+
+#[test]
+fn the_probe_decides_which_fma_shaders_get() {
+    let gpu = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
+    let src = gpu.fma_wgsl();
+    assert_eq!(src == FMA_NATIVE, gpu.fused_fma);
+    eprintln!(
+        "{}: fma {}",
+        gpu.adapter,
+        if gpu.fused_fma { "fused" } else { "emulated" }
+    );
+    // Whichever it chose rounds once.
+    let (a, b, c) = triples();
+    let got = gpu.run_fma(src, &a, &b, &c).expect("fma");
+    let bad = (0..a.len())
+        .filter(|&i| {
+            a[i].is_finite()
+                && b[i].is_finite()
+                && c[i].is_finite()
+                && (a[i] * b[i]).is_finite()
+                && !same(got[i], a[i].mul_add(b[i], c[i]))
+        })
+        .count();
+    assert_eq!(bad, 0, "{bad} triples rounded twice");
+}
