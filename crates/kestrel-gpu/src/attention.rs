@@ -1,13 +1,13 @@
 //! Decode attention on the device: one query per head against the f16 KV
 //! cache, grouped-query heads, optional sliding window; and the write of a
-//! step's keys and values into the cache. One workgroup per head: the
-//! threads score the cached positions in parallel into a scratch buffer,
-//! then each thread walks the positions in order for its output dimensions
-//! with an online softmax, rounding the running value sum to f16 after
-//! every step. That is the rounding of the CPU's (ggml's) one-query path:
-//! Q rounded to f16, f16 products summed in f32, V accumulated in f16. The
-//! two devices then differ only in the order of the score sums and in the
-//! last bit of exp, so they agree to f16 precision.
+//! step's keys and values into the cache. One workgroup per head, in the
+//! CPU's (ggml's one-query path's) rounding step for step, so the two
+//! devices give the same bits: the threads score the cached positions in
+//! parallel (Q rounded to f16, ggml's lanes), one thread runs the online
+//! softmax's maximum, the threads take every position's exp (glibc's
+//! expf, emulated in [`crate::exact`]), then each thread walks the
+//! positions in order for its output dimensions, the running value sum
+//! rounded to f16 after every fused step.
 
 use crate::{Gpu, GpuError};
 
@@ -29,6 +29,26 @@ fn h(buf: u32, i: u32) -> f32 {
 
 F16_ROUND
 
+// The score of query head `head` against cached key position j, as the
+// CPU's (ggml's) f16 dot: Q rounded to f16, four accumulators of eight
+// lanes over each 32 dimensions, then GGML_F32x8_REDUCE's order. A
+// product of two halves is exact in f32, so the unfused add rounds as
+// the CPU's fused one. (A head width that is not a multiple of 32 sums
+// its tail in the same lanes, which the CPU does not.)
+fn score(head: u32, j: u32, kbase: u32, dk: u32) -> f32 {
+    var acc: array<f32, 32>;
+    for (var i = 0u; i < 32u; i++) { acc[i] = 0.0; }
+    for (var d = 0u; d < dk; d++) {
+        let l = d % 32u;
+        acc[l] = acc[l] + f16r(q[head * dk + d]) * h(0u, kbase + d);
+    }
+    var x: array<f32, 8>;
+    for (var l = 0u; l < 8u; l++) {
+        x[l] = (acc[l] + acc[16u + l]) + (acc[8u + l] + acc[24u + l]);
+    }
+    return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let head = g.x;
@@ -43,33 +63,51 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     let sbase = head * p[1].w;
     let k_w = p[0].y * dk;
     let v_w = p[0].y * dv;
-    // Scores, with the query rounded to f16.
     for (var j = lo + t; j <= pos; j += 64u) {
-        var s = 0.0;
-        for (var d = 0u; d < dk; d++) {
-            s += f16r(q[head * dk + d]) * h(0u, j * k_w + kvh * dk + d);
-        }
-        scratch[sbase + j] = s * scale;
+        scratch[sbase + j] = score(head, j, j * k_w + kvh * dk, dk) * scale;
     }
     storageBarrier();
     workgroupBarrier();
-    // Every thread runs the same online softmax (so the same maximum and
-    // sum) over its own output dimensions.
+    // The online softmax's steps, as the CPU takes them: where a score
+    // raises the running maximum m the sum so far is scaled by
+    // exp(m - s) (and the new value weighs 1), else the value weighs
+    // exp(s - m). One thread finds each step's s - m (above 0 exactly
+    // where the step rescales; the first position rescales the empty sum
+    // by exp(-inf) = 0)...
+    if (t == 0u) {
+        var m = bitcast<f32>(0xff800000u);
+        for (var j = lo; j <= pos; j++) {
+            let s = scratch[sbase + j];
+            scratch[sbase + j] = s - m;
+            m = max(m, s);
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+    // ... then every thread takes its positions' exps (glibc's expf, as
+    // the CPU's libm), a rescaling factor stored with its sign bit set...
+    for (var j = lo + t; j <= pos; j += 64u) {
+        let a = scratch[sbase + j];
+        if (a > 0.0) {
+            scratch[sbase + j] = bitcast<f32>(bitcast<u32>(expf_glibc(-a)) | 0x80000000u);
+        } else {
+            scratch[sbase + j] = expf_glibc(a);
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+    // ... and each thread walks them in order for its output dimensions.
     for (var d = t; d < dv; d += 64u) {
-        var m = scratch[sbase + lo];
         var sum = 0.0;
         var acc = 0.0;
         for (var j = lo; j <= pos; j++) {
-            let s = scratch[sbase + j];
+            let e = bitcast<u32>(scratch[sbase + j]);
             var ms = 1.0;
             var vs = 1.0;
-            if (j == lo) {
-                ms = 0.0;
-            } else if (s > m) {
-                ms = exp(m - s);
-                m = s;
+            if ((e & 0x80000000u) != 0u) {
+                ms = bitcast<f32>(e & 0x7fffffffu);
             } else {
-                vs = exp(s - m);
+                vs = bitcast<f32>(e);
             }
             if (ms != 1.0) { acc = f16r(acc * ms); }
             acc = f16r(fmaf(h(1u, j * v_w + kvh * dv + d), vs, acc));
@@ -123,11 +161,12 @@ impl Attention {
                 &ATTEND.replace(
                     "F16_ROUND",
                     &format!(
-                        "{}{}{}{}",
+                        "{}{}{}{}{}",
                         crate::matvec::F16_ROUND,
                         crate::matvec::EXACT_DIV,
                         crate::matvec::HALF,
-                        gpu.fma_wgsl()
+                        gpu.fma_wgsl(),
+                        crate::exact::EXPF_GLIBC
                     ),
                 ),
             ),

@@ -15,11 +15,11 @@
 //! types' products in ggml's lane order, RoPE and ggml's SIMD exp in SiLU
 //! with fused multiply-adds rounding once ([`exact`] emulates them where
 //! the adapter's `fma` is not fused, as lavapipe's is not), f16 value sums
-//! in attention. On SmolLM2 the first position's logits are the CPU's bits.
-//! What still differs is attention's score sums and exp, and the K-quant
-//! products' order; one such bit can move an 8-bit activation quant, and
-//! later logits differ by about 2% of their spread (`examples/logitdiff.rs`
-//! measures it).
+//! in attention with the CPU's score order and glibc's expf. On SmolLM2
+//! every logit is the CPU's bits, so greedy text is the same on both
+//! devices (`examples/logitdiff.rs` measures it). What still differs is the
+//! K-quant products' order (Q4_K, Q6_K), and one such bit can move an
+//! 8-bit activation quant.
 //!
 //! [`model`] runs a whole model, a step for one sequence or several
 //! together and a prompt in chunks of positions (weights read once per

@@ -89,6 +89,7 @@ fn v_expf(x: f32) -> f32 {
 
 EXACT_DIV
 FMA_SRC
+EXPF_SRC
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -96,12 +97,11 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
     if (i >= p.x) { return; }
     switch (p.y) {
         // y = silu(a) * b, as ggml: its SIMD exp for whole groups of 8 of a
-        // row (p.w values), libm's for the row's tail (here the shader's
-        // own exp).
+        // row (p.w values), libm's for the row's tail (glibc's, emulated).
         case 0u: {
             let x = a[i];
             var e: f32;
-            if (i % p.w < p.w / 8u * 8u) { e = v_expf(-x); } else { e = exp(-x); }
+            if (i % p.w < p.w / 8u * 8u) { e = v_expf(-x); } else { e = expf_glibc(-x); }
             y[i] = div(x, 1.0 + e) * b[i];
         }
         // y = gelu(a) * b (a >= 10 passes through, as ggml's table path)
@@ -159,7 +159,8 @@ impl Ops {
                     .replace("EXACT_DIV", crate::matvec::EXACT_DIV)
                     .replace("F16_ROUND", crate::matvec::F16_ROUND)
                     .replace("HALF", crate::matvec::HALF)
-                    .replace("FMA_SRC", gpu.fma_wgsl()),
+                    .replace("FMA_SRC", gpu.fma_wgsl())
+                    .replace("EXPF_SRC", crate::exact::EXPF_GLIBC),
             ),
             unused: gpu.scratch_f32("unused", 1),
             gelu_table: {

@@ -54,7 +54,11 @@ fn triples() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let small = f32::from_bits(rng.u32() % 0x0100_0000);
         a.push(small);
         b.push(rng.float(30));
-        c.push(if rng.u32().is_multiple_of(2) { 0.0 } else { small });
+        c.push(if rng.u32().is_multiple_of(2) {
+            0.0
+        } else {
+            small
+        });
         a.push(rng.float(3) * 1e19);
         b.push(rng.float(3) * 1e19);
         c.push(-rng.float(3) * 3e38);
@@ -144,4 +148,77 @@ fn the_probe_decides_which_fma_shaders_get() {
         })
         .count();
     assert_eq!(bad, 0, "{bad} triples rounded twice");
+}
+
+/// glibc's expf as the CPU calls it (`f32::exp`): the emulation was
+/// written from the build for CPUs with FMA, so the test holds it to the
+/// host only where that is the build in use.
+fn host_is_glibc_with_fma() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+    {
+        std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+#[test]
+fn expf_gives_glibcs_bits() {
+    if !host_is_glibc_with_fma() {
+        eprintln!("skipped: the host's expf is not glibc's FMA build");
+        return;
+    }
+    let gpu = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = Rng(77);
+    let mut x: Vec<f32> = Vec::new();
+    // Every range the softmax and SiLU reach, densely: random values of
+    // -110..90, then small ones, then the neighbourhoods of the cut-offs.
+    for _ in 0..200_000 {
+        x.push((rng.u32() as f64 / u32::MAX as f64 * 200.0 - 110.0) as f32);
+    }
+    for _ in 0..50_000 {
+        x.push(rng.float(12) * 1e-3);
+    }
+    for edge in [
+        88.722_83f32,
+        -103.972_08,
+        -103.278_92,
+        -87.336_55,
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+    ] {
+        for k in 0..200u32 {
+            x.push(f32::from_bits(
+                edge.to_bits().wrapping_add(k).wrapping_sub(100),
+            ));
+        }
+    }
+    x.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        f32::MIN,
+    ]);
+    let got = gpu.run_expf(&x).expect("expf");
+    let bad: Vec<String> = (0..x.len())
+        .filter(|&i| !same(got[i], x[i].exp()))
+        .take(10)
+        .map(|i| {
+            format!(
+                "expf({:e} = {:#x}) = {:e} ({:#x}), want {:e} ({:#x})",
+                x[i],
+                x[i].to_bits(),
+                got[i],
+                got[i].to_bits(),
+                x[i].exp(),
+                x[i].exp().to_bits()
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
