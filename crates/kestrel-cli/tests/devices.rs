@@ -27,6 +27,56 @@ fn devices_lists_an_adapter() {
     );
 }
 
+/// The GPU gives the CPU's greedy text: `run --temp 0` for 32 tokens on
+/// three prompts (a chat message, a raw completion and code), each token
+/// the same on both devices. The GPU reproduces the CPU's rounding step
+/// for step (see `kestrel_gpu`), so this is equality, not closeness; the
+/// three runs go in parallel on both devices.
+#[test]
+fn greedy_text_on_the_gpu_equals_the_cpu() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run scripts/fetch-models.sh");
+    let prompts: [&[&str]; 3] = [
+        &["-p", "The capital of France is", "--raw"],
+        &["-p", "Write a haiku about the sea."],
+        &["-p", "def fibonacci(n):", "--raw"],
+    ];
+    let run = |device: &'static str, prompt: &'static [&'static str]| {
+        let model = model.clone();
+        std::thread::spawn(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+                .args(["run", "-m"])
+                .arg(&model)
+                .args([
+                    "-n",
+                    "32",
+                    "--temp",
+                    "0",
+                    "--ignore-eos",
+                    "--device",
+                    device,
+                ])
+                .args(prompt)
+                .output()
+                .expect("kestrel runs");
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(out.status.code(), Some(0), "{device} {prompt:?}: {err}");
+            assert!(err.contains("generated: 32 tokens"), "{device}: {err}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+    };
+    let runs: Vec<_> = prompts
+        .iter()
+        .map(|p| (run("cpu", p), run("gpu", p)))
+        .collect();
+    for ((cpu, gpu), p) in runs.into_iter().zip(prompts) {
+        let (cpu, gpu) = (cpu.join().unwrap(), gpu.join().unwrap());
+        assert!(cpu.trim().len() > 20, "{p:?}: {cpu:?}");
+        assert_eq!(gpu, cpu, "{p:?}");
+    }
+}
+
 /// `--n-probs` on the GPU: one stderr line per generated token, the chosen
 /// token first among the listed ones at temperature 0, and the same text
 /// on stdout as without it.

@@ -9,7 +9,9 @@
 use crate::{Gpu, GpuError};
 
 /// `fmaf` as the adapter's own `fma` (where the probe found it fused).
-pub const FMA_NATIVE: &str = "fn fmaf(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }\n";
+pub const FMA_NATIVE: &str = "fn fmaf(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }
+fn fma_int(d: f32, n: i32, c: f32) -> f32 { return fma(d, f32(n), c); }
+";
 
 /// `fmaf` in integers: the exact product (up to 48 bits) and the addend,
 /// each normalized to its top bit at bit 61 of a 64-bit window, the
@@ -104,9 +106,29 @@ fn fmaf(a: f32, b: f32, c: f32) -> f32 {
     let lo0 = al * bl;
     let lo = lo0 + (mid << 16u);
     let prod = vec2<u32>(lo, ah * bh + (mid >> 16u) + select(0u, 1u, lo < lo0));
-    let ep = fx_e(ab) + fx_e(bb);
-    let sp = (ab ^ bb) & 0x80000000u;
-    if (ca == 0u) { return round64(prod, ep, sp); }
+    return fma_tail(prod, fx_e(ab) + fx_e(bb), (ab ^ bb) & 0x80000000u, cb);
+}
+
+// fmaf(d, f32(n), c) for an integer |n| <= 2^16 (a block's lane sum):
+// the product is two multiplications.
+fn fma_int(d: f32, n: i32, c: f32) -> f32 {
+    let db = bitcast<u32>(d);
+    let da = db & 0x7fffffffu;
+    if (da >= 0x7f800000u || n == 0i || da == 0u) { return d * f32(n) + c; }
+    // A finite product plus an infinite or NaN c is c.
+    if ((bitcast<u32>(c) & 0x7fffffffu) >= 0x7f800000u) { return c; }
+    let un = u32(abs(n));
+    let ma = fx_m(db);
+    let lo0 = (ma & 0xffffu) * un;
+    let hi0 = (ma >> 16u) * un;
+    let lo = lo0 + (hi0 << 16u);
+    let prod = vec2<u32>(lo, (hi0 >> 16u) + select(0u, 1u, lo < lo0));
+    return fma_tail(prod, fx_e(db), (db ^ bitcast<u32>(n)) & 0x80000000u, bitcast<u32>(c));
+}
+
+// sign * prod * 2^ep + c (c's bits, finite) rounded once.
+fn fma_tail(prod: vec2<u32>, ep: i32, sp: u32, cb: u32) -> f32 {
+    if ((cb & 0x7fffffffu) == 0u) { return round64(prod, ep, sp); }
     let sc = cb & 0x80000000u;
     // Both with their top bit at bit 61; lp and lc the exponents of bit 0.
     let zp = clz64(prod);
@@ -471,6 +493,18 @@ impl Gpu {
         c: &[f32],
     ) -> Result<Vec<f32>, GpuError> {
         self.map3(src, "fmaf(a[i], b[i], c[i])", a, b, c)
+    }
+
+    /// `fma_int(d, n, c)` of each triple through `src` (which defines it).
+    pub fn run_fma_int(
+        &self,
+        src: &str,
+        d: &[f32],
+        n: &[i32],
+        c: &[f32],
+    ) -> Result<Vec<f32>, GpuError> {
+        let n: Vec<f32> = n.iter().map(|&v| f32::from_bits(v as u32)).collect();
+        self.map3(src, "fma_int(a[i], bitcast<i32>(b[i]), c[i])", d, &n, c)
     }
 
     /// [`EXPF_GLIBC`] of each value (for the tests).

@@ -774,7 +774,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
                     for (var u = 0u; u < p.w; u++) {
                         var isum = 0i;
                         for (var l = 0u; l < 8u; l++) { isum += lane_sum(base, u, l); }
-                        s = fmaf(f32(isum), scale(base, u), s);
+                        s = fma_int(scale(base, u), isum, s);
                     }
                 }
             } else {
@@ -782,7 +782,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) t:
                 for (var u = 0u; u < p.w; u++) {
                     let d = scale(base, u);
                     for (var l = lane; l < 8u; l += TPR) {
-                        acc[l] = fmaf(d, f32(lane_sum(base, u, l)), acc[l]);
+                        acc[l] = fma_int(d, lane_sum(base, u, l), acc[l]);
                     }
                     if (lane == 0u) { summs = min_term(base, u, summs); }
                 }

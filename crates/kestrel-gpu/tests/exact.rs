@@ -125,6 +125,35 @@ fn emulated_fma_rounds_once_as_the_cpu() {
     );
 }
 
+/// `fma_int`, the products' step (scale times an integer lane sum plus
+/// the lane), against `mul_add` on scales like the products' (and zeros,
+/// subnormals, infinities), sums up to +-2^16 and every kind of addend.
+#[test]
+fn emulated_integer_fma_rounds_once_as_the_cpu() {
+    let gpu = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
+    let (a, _, c) = triples();
+    let mut rng = Rng(5);
+    let mut d: Vec<f32> = a.iter().map(|&x| x * 1e-3).collect();
+    let mut n: Vec<i32> = a
+        .iter()
+        .map(|_| (rng.u32() % 131_073) as i32 - 65_536)
+        .collect();
+    let mut c = c;
+    for (i, n) in n.iter_mut().enumerate().take(40) {
+        *n = [0, 1, -1, 65_536, -65_536][i % 5];
+    }
+    d.extend([0.0, -0.0, f32::INFINITY, f32::NAN, 1e-45, 3e-39]);
+    n.extend([7, -7, 3, 3, 65_536, -1]);
+    c.extend([-0.0, 0.0, 1.0, 1.0, 0.0, 1e-38]);
+    let got = gpu.run_fma_int(FMA_EMULATED, &d, &n, &c).expect("fma_int");
+    let bad: Vec<String> = (0..d.len())
+        .filter(|&i| !same(got[i], d[i].mul_add(n[i] as f32, c[i])))
+        .take(10)
+        .map(|i| format!("fma_int({:e}, {}, {:e}) = {:e}", d[i], n[i], c[i], got[i]))
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn the_probe_decides_which_fma_shaders_get() {
     let gpu = Gpu::new().unwrap_or_else(|e| panic!("{e}"));
