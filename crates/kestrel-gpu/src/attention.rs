@@ -2,7 +2,9 @@
 //! cache, grouped-query heads, optional sliding window; and the write of a
 //! step's keys and values into the cache. One workgroup per head, in the
 //! CPU's (ggml's one-query path's) rounding step for step, so the two
-//! devices give the same bits: the threads score the cached positions in
+//! devices give the same bits (head sizes a multiple of 32, a host libm
+//! that is glibc's FMA build; the CPU's tiled path for prompt chunks of 64
+//! or more adds in another order): the threads score the cached positions in
 //! parallel (Q rounded to f16, ggml's lanes), one thread runs the online
 //! softmax's maximum, the threads take every position's exp (glibc's
 //! expf, emulated in [`crate::exact`]), then each thread walks the

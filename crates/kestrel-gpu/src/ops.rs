@@ -64,13 +64,16 @@ fn gelu(x: f32) -> f32 {
 // computes it (`fmaf` rounding once, as its fused instructions do), so SiLU
 // agrees with the CPU's to the last bit.
 fn v_expf(x: f32) -> f32 {
-    // ggml rounds x·log2(e) to an integer by adding and subtracting
-    // 1.5·2^23; a shader compiler may fold that away, so round() instead
-    // (also to even). The integer's bits shifted into the exponent field are
-    // what ggml takes from the sum's low bits.
-    let n = round(x * bitcast<f32>(0x3fb8aa3bu));
+    // ggml rounds x·log2(e) to an integer by adding 1.5·2^23 in one fused
+    // step (the product is never rounded on its own) and subtracting it
+    // again; rounding the product first differs where it lands on a half.
+    // `fmaf` is exact by construction, so no compiler folds the sum away.
+    let r = bitcast<f32>(0x4b400000u);
+    let z = fmaf(x, bitcast<f32>(0x3fb8aa3bu), r);
+    let n = z - r;
     let b = fmaf(-n, bitcast<f32>(0x35bfbe8eu), fmaf(-n, bitcast<f32>(0x3f317200u), x));
-    let e = bitcast<u32>(i32(n)) << 23u;
+    // The integer's low bits, shifted into the exponent field.
+    let e = bitcast<u32>(z) << 23u;
     let k = bitcast<f32>(e + bitcast<u32>(1.0));
     let u = b * b;
     let j = fmaf(

@@ -152,6 +152,14 @@ fn emulated_integer_fma_rounds_once_as_the_cpu() {
         .map(|i| format!("fma_int({:e}, {}, {:e}) = {:e}", d[i], n[i], c[i], got[i]))
         .collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // Control: rounding the product first fails some of the same cases.
+    let unfused = (0..d.len())
+        .filter(|&i| !same(d[i] * n[i] as f32 + c[i], d[i].mul_add(n[i] as f32, c[i])))
+        .count();
+    assert!(
+        unfused > 100,
+        "the cases tell fused from unfused: {unfused}"
+    );
 }
 
 #[test]
@@ -179,23 +187,11 @@ fn the_probe_decides_which_fma_shaders_get() {
     assert_eq!(bad, 0, "{bad} triples rounded twice");
 }
 
-/// glibc's expf as the CPU calls it (`f32::exp`): the emulation was
-/// written from the build for CPUs with FMA, so the test holds it to the
-/// host only where that is the build in use.
-fn host_is_glibc_with_fma() -> bool {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-    {
-        std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
-}
-
+/// glibc's expf as the CPU calls it (`f32::exp`), where the host's libm is
+/// the build the emulation was written from.
 #[test]
 fn expf_gives_glibcs_bits() {
-    if !host_is_glibc_with_fma() {
+    if !kestrel_gpu::exact::host_expf_is_glibc_fma() {
         eprintln!("skipped: the host's expf is not glibc's FMA build");
         return;
     }
