@@ -221,6 +221,7 @@ fn rows_into(
     // L2 while tiles of weight rows pass through L1, instead of every
     // weight row streaming the whole batch's activations again.
     let mut prepared: Vec<Vec<Chunk32>> = Vec::new();
+    let mut unpacked: Vec<Vec<Chunk32>> = Vec::new();
     for tt0 in (0..n_tok).step_by(TOK_TILE) {
         let tt1 = (tt0 + TOK_TILE).min(n_tok);
         // The tile's four-row groups, each with its activation values
@@ -244,6 +245,10 @@ fn rows_into(
         }
         for rt0 in (r0..r1).step_by(ROW_TILE) {
             let rt1 = (rt0 + ROW_TILE).min(r1);
+            // Where several eight-row passes cross the row tile, its rows
+            // are unpacked once for all of them (Q5_0's fifth bits cost as
+            // much as a token's products).
+            let mut tile_unpacked = false;
             let mut g = 0;
             while g < groups.len() {
                 let (t, four) = groups[g];
@@ -252,9 +257,27 @@ fn rows_into(
                 if let (Some(dot8), Some(&(t2, _))) = (four.dot8, groups.get(g + 1)) {
                     if t2 == t + 4 {
                         let (p0, p1) = (&prepared[g], &prepared[g + 1]);
-                        for r in rt0..rt1 {
-                            for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
-                                out[(t + k) * stride + (r - r0)] = v;
+                        match four.unpacked {
+                            Some((unpack, dot8u)) if groups.len() >= 4 => {
+                                if !tile_unpacked {
+                                    unpacked.resize_with(ROW_TILE, Vec::new);
+                                    for (r, u) in (rt0..rt1).zip(unpacked.iter_mut()) {
+                                        unpack(row(r), u);
+                                    }
+                                    tile_unpacked = true;
+                                }
+                                for (r, u) in (rt0..rt1).zip(&unpacked) {
+                                    for (k, v) in dot8u(u, p0, p1).into_iter().enumerate() {
+                                        out[(t + k) * stride + (r - r0)] = v;
+                                    }
+                                }
+                            }
+                            _ => {
+                                for r in rt0..rt1 {
+                                    for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
+                                        out[(t + k) * stride + (r - r0)] = v;
+                                    }
+                                }
                             }
                         }
                         g += 2;
@@ -342,6 +365,72 @@ mod tests {
                 for r in 0..rows {
                     let want = one(cols, &data[r * rb..(r + 1) * rb], &acts[0]);
                     assert_eq!(out[r].to_bits(), want.to_bits(), "{ty} rows {rows} row {r}");
+                }
+            }
+        }
+    }
+
+    /// Prompt batches take the four- and eight-row kernels, with weight
+    /// rows unpacked once per row tile where several eight-row passes
+    /// cross it: every output keeps the bits of its token's one-row kernel,
+    /// for batches with leftover groups and tokens and more rows than a tile.
+    #[test]
+    fn prompt_batches_give_every_token_its_one_row_bits() {
+        let (rows, cols) = (40usize, 320usize);
+        let mut s = 11u32;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        };
+        let wf: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
+        let x: Vec<f32> = (0..37 * cols).map(|_| rnd() * 4.0).collect();
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
+            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+            let mut data = vec![0u8; rb * rows];
+            for r in 0..rows {
+                quantize_row(
+                    ty,
+                    &wf[r * cols..(r + 1) * cols],
+                    &mut data[r * rb..(r + 1) * rb],
+                );
+            }
+            let w = MatRef {
+                ty,
+                rows,
+                cols,
+                data: &data,
+            };
+            for n_tok in [5usize, 16, 37] {
+                let acts = quantize_rows(ty, &x[..n_tok * cols], cols);
+                let mut out = vec![0f32; n_tok * rows];
+                let seq = 0..n_tok;
+                rows_into(
+                    w,
+                    &acts,
+                    std::slice::from_ref(&seq),
+                    0,
+                    rows,
+                    &mut out,
+                    rows,
+                );
+                for (t, a) in acts.iter().enumerate() {
+                    let one = dot_kernel(dot_path(ty, rows, t, n_tok), ty);
+                    for r in 0..rows {
+                        let want = one(cols, &data[r * rb..(r + 1) * rb], a);
+                        assert_eq!(
+                            out[t * rows + r].to_bits(),
+                            want.to_bits(),
+                            "{ty} {n_tok} tokens: token {t} row {r}"
+                        );
+                    }
                 }
             }
         }

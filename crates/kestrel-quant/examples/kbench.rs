@@ -127,5 +127,37 @@ fn prefill_rates() {
             "{ty} x4 {path:?}: {:.2} GMAC/s ({s})",
             (4 * cols * rows * reps) as f64 / dt / 1e9
         );
+        // Eight rows at a time, unpacking each weight row per call, then
+        // from rows unpacked once (as a prompt's row tile does).
+        let Some(dot8) = f.dot8 else { continue };
+        let t0 = Instant::now();
+        for _ in 0..reps / 2 {
+            for r in 0..rows {
+                s += dot8(&w[r * rb..(r + 1) * rb], &pre, &pre)[0];
+            }
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        println!(
+            "{ty} x8 {path:?}: {:.2} GMAC/s ({s})",
+            (8 * cols * rows * (reps / 2)) as f64 / dt / 1e9
+        );
+        let Some((unpack, dot8u)) = f.unpacked else {
+            continue;
+        };
+        let mut uw = vec![Vec::new(); rows];
+        for (r, u) in uw.iter_mut().enumerate() {
+            unpack(&w[r * rb..(r + 1) * rb], u);
+        }
+        let t0 = Instant::now();
+        for _ in 0..reps / 2 {
+            for u in &uw {
+                s += dot8u(u, &pre, &pre)[0];
+            }
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        println!(
+            "{ty} x8 unpacked {path:?}: {:.2} GMAC/s ({s})",
+            (8 * cols * rows * (reps / 2)) as f64 / dt / 1e9
+        );
     }
 }

@@ -128,6 +128,15 @@ pub fn avx2_in_use() -> bool {
     false
 }
 
+/// Whether the AVX2 kernels take their integer lane sums from AVX-VNNI
+/// (detected at run time; `KESTREL_NO_VNNI=1` turns it off).
+pub fn vnni_in_use() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return simd::vnni_available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
 pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     #[cfg(target_arch = "x86_64")]
@@ -299,14 +308,24 @@ pub struct Chunk32(pub [u8; 32]);
 /// (eight rows: the first group's four results, then the second's).
 pub type VecDot8Fn = fn(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8];
 
+/// Unpacks one weight row into `out` in the layout an
+/// [`VecDot8UnpackedFn`] reads (quants as bytes, scales widened), so that a
+/// prompt's many token groups do not each unpack it again.
+pub type UnpackRowFn = fn(w: &[u8], out: &mut Vec<Chunk32>);
+
+/// As [`VecDot8Fn`] on a row unpacked by the paired [`UnpackRowFn`].
+pub type VecDot8UnpackedFn = fn(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8];
+
 /// A four-row kernel and the preparation of its activation rows; `dot8`,
 /// where present, takes two prepared groups at once (each weight block
-/// unpacked once for eight rows), with the same results as `dot` twice.
+/// unpacked once for eight rows), with the same results as `dot` twice;
+/// `unpacked`, where present, is `dot8` on rows unpacked beforehand.
 #[derive(Clone, Copy)]
 pub struct Dot4 {
     pub dot: VecDot4Fn,
     pub prepare: Prepare4Fn,
     pub dot8: Option<VecDot8Fn>,
+    pub unpacked: Option<(UnpackRowFn, VecDot8UnpackedFn)>,
 }
 
 impl Dot4 {
@@ -426,6 +445,7 @@ mod tests {
             DotPath::Tiled,
         ];
         let mut checked4 = 0;
+        let mut unpacked8 = 0;
         let mut checked2 = 0;
         for (i, &ty) in GgmlType::ALL.iter().enumerate() {
             // Quantizers: same bytes, including exact ties and zero blocks.
@@ -487,6 +507,17 @@ mod tests {
                                 [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]],
                                 "{ty} x8 n={n}"
                             );
+                            if let Some((unpack, _)) = f4.unpacked {
+                                let mut uw = Vec::new();
+                                unpack(&w, &mut uw);
+                                let kernels = x86::unpacked_kernels(ty);
+                                assert!(!kernels.is_empty(), "{ty}: its unpacked kernels");
+                                for (k, f8u) in kernels.into_iter().enumerate() {
+                                    let got = f8u(&uw, &p0, &p1).map(f32::to_bits);
+                                    assert_eq!(got, eight, "{ty} x8 unpacked #{k} n={n}");
+                                }
+                                unpacked8 += 1;
+                            }
                         }
                         for (r, got) in [&a, &rows[0], &rows[1], &rows[2]].iter().zip(four) {
                             let one =
@@ -519,6 +550,11 @@ mod tests {
             }
         }
         assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
+        assert_eq!(
+            unpacked8,
+            2 * 3,
+            "Q4_1's and Q5_0's unpacked kernels, three lengths"
+        );
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }
 }

@@ -44,6 +44,19 @@ pub(crate) fn avx2_available() -> bool {
     })
 }
 
+/// Whether the AVX2 kernels may also use AVX-VNNI's `vpdpbusd` for their
+/// integer lane sums (same sums, so the same bits; fewer instructions).
+/// `KESTREL_NO_VNNI=1` turns it off, for comparison.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn vnni_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        avx2_available()
+            && std::env::var_os("KESTREL_NO_VNNI").is_none_or(|v| v != "1")
+            && std::arch::is_x86_feature_detected!("avxvnni")
+    })
+}
+
 /// As [`avx2_twin!`] for a quantizer (the activation quantizers run once per
 /// matrix product input and use rounding instructions there).
 #[cfg(target_arch = "x86_64")]

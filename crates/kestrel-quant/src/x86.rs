@@ -12,8 +12,8 @@
 use std::arch::x86_64::*;
 
 use crate::{
-    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, VecDot2Fn, VecDot4Fn, VecDot8Fn, VecDotFn,
-    VecDotRows4Fn,
+    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, UnpackRowFn, VecDot2Fn, VecDot4Fn,
+    VecDot8Fn, VecDot8UnpackedFn, VecDotFn, VecDotRows4Fn,
 };
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
@@ -53,15 +53,52 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
 
 /// The four-row kernel for `path` and `ty`, if there is one.
 pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
-    let (dot, prepare, dot8): (VecDot4Fn, Prepare4Fn, Option<VecDot8Fn>) = match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1)),
-        (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0)),
-        (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0)),
-        (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None),
-        (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None),
+    let vnni = crate::simd::vnni_available();
+    let (dot, prepare, dot8, unpacked): (
+        VecDot4Fn,
+        Prepare4Fn,
+        Option<VecDot8Fn>,
+        Option<(UnpackRowFn, VecDot8UnpackedFn)>,
+    ) = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) => (
+            dot4_q4_1,
+            prepare_q8_1,
+            Some(dot8_q4_1),
+            Some((unpack_q4_1, if vnni { dot8v_q4_1 } else { dot8u_q4_1 })),
+        ),
+        (DotPath::VecDot, T::Q5_0) => (
+            dot4_q5_0,
+            prepare_q8_0,
+            Some(dot8_q5_0),
+            Some((unpack_q5_0, if vnni { dot8v_q5_0 } else { dot8u_q5_0 })),
+        ),
+        (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
+        (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
+        (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
     };
-    Some(Dot4 { dot, prepare, dot8 })
+    Some(Dot4 {
+        dot,
+        prepare,
+        dot8,
+        unpacked,
+    })
+}
+
+/// Every build of `ty`'s eight-row kernel on unpacked rows that this CPU
+/// runs (AVX2's; AVX-VNNI's where detected), for the tests.
+#[cfg(test)]
+pub(crate) fn unpacked_kernels(ty: T) -> Vec<VecDot8UnpackedFn> {
+    let (avx2, vnni): (VecDot8UnpackedFn, VecDot8UnpackedFn) = match ty {
+        T::Q4_1 => (dot8u_q4_1, dot8v_q4_1),
+        T::Q5_0 => (dot8u_q5_0, dot8v_q5_0),
+        _ => return Vec::new(),
+    };
+    if crate::simd::vnni_available() {
+        vec![avx2, vnni]
+    } else {
+        vec![avx2]
+    }
 }
 
 /// Declares a safe entry point for a four-row AVX2 kernel body.
@@ -988,17 +1025,117 @@ pub(crate) fn prepare_none(_a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     out.clear();
 }
 
+/// Where a legacy four-row kernel takes its weight blocks from: the GGUF
+/// row itself, or the row unpacked beforehand (`unpack_legacy`).
+trait LegacyRow {
+    fn blocks(&self) -> usize;
+    /// Block `i`'s quants as bytes and its (d, m) widened (m: 0 where the
+    /// format has none). The caller keeps `i < self.blocks()`.
+    unsafe fn block(&self, i: usize) -> (__m256i, f32, f32);
+}
+
+struct Packed<'a, F> {
+    w: &'a [u8],
+    format: std::marker::PhantomData<F>,
+}
+
+impl<F: Legacy> LegacyRow for Packed<'_, F> {
+    fn blocks(&self) -> usize {
+        self.w.len() / F::WB
+    }
+    #[inline(always)]
+    unsafe fn block(&self, i: usize) -> (__m256i, f32, f32) {
+        let bw = &self.w[i * F::WB..(i + 1) * F::WB];
+        // SAFETY: AVX2 and F16C are enabled in every caller (the kernels).
+        unsafe {
+            let (d, m) = f16x2_at(bw, 0);
+            (F::unpack(bw), d, m)
+        }
+    }
+}
+
+/// A row as `unpack_legacy` left it: each block's quants in a chunk, then
+/// the blocks' (d, m) pairs as f32, four blocks to a chunk.
+struct Unpacked<'a> {
+    uw: &'a [Chunk32],
+    blocks: usize,
+}
+
+impl LegacyRow for Unpacked<'_> {
+    fn blocks(&self) -> usize {
+        self.blocks
+    }
+    #[inline(always)]
+    unsafe fn block(&self, i: usize) -> (__m256i, f32, f32) {
+        let scales = &self.uw[self.blocks + i / 4].0[8 * (i % 4)..8 * (i % 4) + 8];
+        // SAFETY: chunk i exists (the kernel checked the length) and is
+        // 32-aligned; AVX2 is enabled in every caller.
+        unsafe {
+            (
+                _mm256_load_si256(self.uw.as_ptr().add(i) as *const __m256i),
+                f32::from_le_bytes(scales[..4].try_into().unwrap_unchecked()),
+                f32::from_le_bytes(scales[4..].try_into().unwrap_unchecked()),
+            )
+        }
+    }
+}
+
+/// A legacy row unpacked for `Unpacked`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_legacy<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
+    let blocks = w.len() / F::WB;
+    out.clear();
+    out.resize(blocks + blocks.div_ceil(4), Chunk32([0; 32]));
+    for (i, bw) in w.chunks_exact(F::WB).enumerate() {
+        // SAFETY: chunk i is in bounds (resized above) and 32-aligned.
+        unsafe { _mm256_store_si256(out.as_mut_ptr().add(i) as *mut __m256i, F::unpack(bw)) };
+        let (d, m) = f16x2_at(bw, 0);
+        let at = 8 * (i % 4);
+        let chunk = &mut out[blocks + i / 4].0;
+        chunk[at..at + 4].copy_from_slice(&d.to_le_bytes());
+        chunk[at + 4..at + 8].copy_from_slice(&m.to_le_bytes());
+    }
+}
+
+/// How a kernel forms the eight i32 lanes of a block (lane l: the exact
+/// sum of products 4l..4l+3 of unsigned weight bytes and signed
+/// activations): AVX2's pairwise i16 multiply-add then i32 add, or one
+/// VNNI `vpdpbusd`. The sums are exact either way, so the f32 steps that
+/// follow, and the results, are the same bits.
+trait Lanes {
+    unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i;
+}
+
+struct Avx2Lanes;
+struct VnniLanes;
+
+impl Lanes for Avx2Lanes {
+    #[inline(always)]
+    unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in every caller.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)) }
+    }
+}
+
+impl Lanes for VnniLanes {
+    #[inline(always)]
+    unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX-VNNI is enabled in every caller (the `_vnni` kernels).
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a) }
+    }
+}
+
 /// A legacy-format dot of one weight row against `G` groups of four
 /// activation rows, each group prepared by `prepare_legacy`: the weight
 /// block is unpacked once for all `4 * G` rows, and each row's f32 steps are
-/// its one-row kernel's.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn legacy_groups<F: Legacy, const G: usize>(
-    w: &[u8],
+/// its one-row kernel's. Always inlined into its entry points, which enable
+/// AVX2 (and AVX-VNNI for `VnniLanes`).
+#[inline(always)]
+unsafe fn legacy_groups<F: Legacy, R: LegacyRow, L: Lanes, const G: usize>(
+    w: R,
     pre: [&[Chunk32]; G],
 ) -> [[f32; 4]; G] {
-    let blocks = w.len() / F::WB;
+    let blocks = w.blocks();
     // One check here stands for the raw reads in the loop.
     assert!(
         pre.iter().all(|p| p.len() >= blocks * 5),
@@ -1006,12 +1143,11 @@ unsafe fn legacy_groups<F: Legacy, const G: usize>(
     );
     let mut acc = [[_mm256_setzero_ps(); 4]; G];
     let mut summs = [_mm_setzero_ps(); G];
-    let ones = _mm256_set1_epi16(1);
-    for (i, bw) in w.chunks_exact(F::WB).enumerate() {
-        let q = unsafe { F::unpack(bw) };
+    for i in 0..blocks {
+        // SAFETY: i < blocks.
+        let (q, dw, mw) = unsafe { w.block(i) };
         // |w| once per block; each row then needs only a's sign fix.
         let q_abs = if F::SIGNED { _mm256_sign_epi8(q, q) } else { q };
-        let (dw, mw) = f16x2_at(bw, 0);
         for g in 0..G {
             // SAFETY: i < blocks, and each group holds 5 chunks per block.
             let p = unsafe { pre[g].as_ptr().add(5 * i) };
@@ -1032,12 +1168,11 @@ unsafe fn legacy_groups<F: Legacy, const G: usize>(
             for (t, acc) in acc[g].iter_mut().enumerate() {
                 // SAFETY: chunk 1 + t of this block (checked above); chunks are 32-aligned.
                 let act = unsafe { _mm256_load_si256(p.add(1 + t) as *const __m256i) };
-                let pairs = if F::SIGNED {
-                    _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(act, q))
+                let l = if F::SIGNED {
+                    unsafe { L::lanes(q_abs, _mm256_sign_epi8(act, q)) }
                 } else {
-                    _mm256_maddubs_epi16(q_abs, act)
+                    unsafe { L::lanes(q_abs, act) }
                 };
-                let l = _mm256_madd_epi16(pairs, ones);
                 let d = _mm256_permutevar8x32_ps(d4, _mm256_set1_epi32(t as i32));
                 *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), *acc);
             }
@@ -1062,13 +1197,58 @@ macro_rules! legacy_x4 {
     ($x4:ident, $x8:ident, $f:ty) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $x4(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
-            let [out] = unsafe { legacy_groups::<$f, 1>(w, [pre]) };
+            let w = Packed::<$f> {
+                w,
+                format: std::marker::PhantomData,
+            };
+            let [out] = unsafe { legacy_groups::<$f, _, Avx2Lanes, 1>(w, [pre]) };
             out
         }
 
         fn $x8(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn body(w: Packed<'_, $f>, pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                unsafe { legacy_groups::<$f, _, Avx2Lanes, 2>(w, pre) }
+            }
+            let w = Packed::<$f> {
+                w,
+                format: std::marker::PhantomData,
+            };
             // SAFETY: as `entry!`.
-            let [a, b] = unsafe { legacy_groups::<$f, 2>(w, [pre0, pre1]) };
+            let [a, b] = unsafe { body(w, [pre0, pre1]) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        }
+    };
+    ($unpack:ident, $x8u:ident, $x8v:ident, unpacked $f:ty) => {
+        fn $unpack(w: &[u8], out: &mut Vec<Chunk32>) {
+            // SAFETY: as `entry!`.
+            unsafe { unpack_legacy::<$f>(w, out) }
+        }
+
+        // uw holds B + ceil(B / 4) chunks, so B = floor(4 len / 5); the
+        // activations' length is checked inside.
+        fn $x8u(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn body(w: Unpacked<'_>, pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                unsafe { legacy_groups::<$f, _, Avx2Lanes, 2>(w, pre) }
+            }
+            let blocks = uw.len() * 4 / 5;
+            // SAFETY: as `entry!`.
+            let [a, b] = unsafe { body(Unpacked { uw, blocks }, [pre0, pre1]) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        }
+
+        /// As the AVX2 twin, with VNNI's one-instruction lane sums (only
+        /// where `avxvnni` was detected).
+        fn $x8v(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+            unsafe fn body(w: Unpacked<'_>, pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                unsafe { legacy_groups::<$f, _, VnniLanes, 2>(w, pre) }
+            }
+            let blocks = uw.len() * 4 / 5;
+            // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected before
+            // this kernel was handed out (`path_dot4`).
+            let [a, b] = unsafe { body(Unpacked { uw, blocks }, [pre0, pre1]) };
             [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
         }
     };
@@ -1077,6 +1257,8 @@ macro_rules! legacy_x4 {
 legacy_x4!(q4_1_x4, dot8_q4_1, Q41);
 legacy_x4!(q5_0_x4, dot8_q5_0, Q50);
 legacy_x4!(q8_0_x4, dot8_q8_0, Q80);
+legacy_x4!(unpack_q4_1, dot8u_q4_1, dot8v_q4_1, unpacked Q41);
+legacy_x4!(unpack_q5_0, dot8u_q5_0, dot8v_q5_0, unpacked Q50);
 
 /// [hsum(l[0]), hsum(l[1]), hsum(l[2]), hsum(l[3])]: four rows' integer
 /// lanes reduced together (exact), so the f32 steps after run lane-wise
