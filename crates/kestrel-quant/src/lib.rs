@@ -540,10 +540,14 @@ mod tests {
                             assert_eq!(one.to_bits(), got.to_bits(), "{ty} two rows n={n}");
                         }
                         checked2 += 1;
-                        if let Some(f4) = x86::rows4_dot(path, ty) {
+                        // Every build of the four-row kernel (AVX2's and,
+                        // where the CPU has it, AVX-VNNI's).
+                        let mut builds = x86::rows4_kernels(ty);
+                        builds.extend(x86::rows4_dot(path, ty));
+                        for (k, f4) in builds.into_iter().enumerate() {
                             let four = f4([&w, &w2, &w2, &w], &a).map(f32::to_bits);
                             let [x, y] = two.map(f32::to_bits);
-                            assert_eq!(four, [x, y, y, x], "{ty} four rows n={n}");
+                            assert_eq!(four, [x, y, y, x], "{ty} four rows #{k} n={n}");
                         }
                     }
                 }

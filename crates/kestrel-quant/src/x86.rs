@@ -140,8 +140,12 @@ macro_rules! entry2 {
     };
     ($name:ident => legacy $f:ty) => {
         fn $name(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2] {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn body(rows: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+                unsafe { legacy_rows::<$f, Avx2Lanes, 2>(rows, a) }
+            }
             // SAFETY: as `entry!`.
-            unsafe { legacy_rows::<$f, 2>([w0, w1], a) }
+            unsafe { body([w0, w1], a) }
         }
     };
     ($name:ident => rows $body:ident) => {
@@ -162,7 +166,13 @@ entry2!(dot2_q6_k => rows q6_k_vec_dot_rows);
 
 /// The four-row decode kernel for `path` and `ty`, if there is one.
 pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
+    let vnni = crate::simd::vnni_available();
     Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_0) if vnni => rows4v_q4_0,
+        (DotPath::VecDot, T::Q4_1) if vnni => rows4v_q4_1,
+        (DotPath::VecDot, T::Q5_0) if vnni => rows4v_q5_0,
+        (DotPath::VecDot, T::Q5_1) if vnni => rows4v_q5_1,
+        (DotPath::VecDot, T::Q8_0) if vnni => rows4v_q8_0,
         (DotPath::VecDot, T::Q4_0) => rows4_q4_0,
         (DotPath::VecDot, T::Q4_1) => rows4_q4_1,
         (DotPath::VecDot, T::Q5_0) => rows4_q5_0,
@@ -177,8 +187,23 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
 macro_rules! entry_rows4 {
     ($name:ident => $f:ty) => {
         fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                unsafe { legacy_rows::<$f, Avx2Lanes, 4>(rows, a) }
+            }
             // SAFETY: as `entry!`.
-            unsafe { legacy_rows::<$f, 4>(rows, a) }
+            unsafe { body(rows, a) }
+        }
+    };
+    ($name:ident => vnni $f:ty) => {
+        fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+            unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                unsafe { legacy_rows::<$f, VnniLanes, 4>(rows, a) }
+            }
+            // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected before
+            // this kernel was handed out (`rows4_dot`).
+            unsafe { body(rows, a) }
         }
     };
     ($name:ident => rows $body:ident) => {
@@ -197,6 +222,30 @@ entry_rows4!(rows4_q4_1 => Q41);
 entry_rows4!(rows4_q5_0 => Q50);
 entry_rows4!(rows4_q5_1 => Q51);
 entry_rows4!(rows4_q8_0 => Q80);
+entry_rows4!(rows4v_q4_0 => vnni Q40);
+entry_rows4!(rows4v_q4_1 => vnni Q41);
+entry_rows4!(rows4v_q5_0 => vnni Q50);
+entry_rows4!(rows4v_q5_1 => vnni Q51);
+entry_rows4!(rows4v_q8_0 => vnni Q80);
+
+/// Every build of the four-row decode kernel for `ty` this CPU runs
+/// (AVX2's; AVX-VNNI's where detected), for the tests.
+#[cfg(test)]
+pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
+    let (avx2, vnni): (VecDotRows4Fn, VecDotRows4Fn) = match ty {
+        T::Q4_0 => (rows4_q4_0, rows4v_q4_0),
+        T::Q4_1 => (rows4_q4_1, rows4v_q4_1),
+        T::Q5_0 => (rows4_q5_0, rows4v_q5_0),
+        T::Q5_1 => (rows4_q5_1, rows4v_q5_1),
+        T::Q8_0 => (rows4_q8_0, rows4v_q8_0),
+        _ => return Vec::new(),
+    };
+    if crate::simd::vnni_available() {
+        vec![avx2, vnni]
+    } else {
+        vec![avx2]
+    }
+}
 
 /// Declares a safe entry point for an AVX2 kernel body.
 macro_rules! entry {
@@ -481,6 +530,13 @@ trait Legacy {
     const SIGNED: bool;
     /// The 32 quants of block `bw` as bytes.
     unsafe fn unpack(bw: &[u8]) -> __m256i;
+    /// Signed formats stored as unsigned codes minus a constant (Q4_0: 8,
+    /// Q5_0: 16): the constant, and the codes as bytes.
+    const OFFSET: i8 = 0;
+    unsafe fn unpack_codes(bw: &[u8]) -> __m256i {
+        // SAFETY: as `unpack`.
+        unsafe { Self::unpack(bw) }
+    }
 }
 
 struct Q40;
@@ -496,6 +552,11 @@ impl Legacy for Q40 {
     unsafe fn unpack(bw: &[u8]) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller (the kernels below).
         unsafe { _mm256_sub_epi8(nibbles32(bw, 2), _mm256_set1_epi8(8)) }
+    }
+    const OFFSET: i8 = 8;
+    #[inline(always)]
+    unsafe fn unpack_codes(bw: &[u8]) -> __m256i {
+        unsafe { nibbles32(bw, 2) }
     }
 }
 
@@ -514,6 +575,11 @@ impl Legacy for Q50 {
     #[inline(always)]
     unsafe fn unpack(bw: &[u8]) -> __m256i {
         unsafe { q5_0_quants(bw) }
+    }
+    const OFFSET: i8 = 16;
+    #[inline(always)]
+    unsafe fn unpack_codes(bw: &[u8]) -> __m256i {
+        unsafe { _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2))) }
     }
 }
 
@@ -538,9 +604,13 @@ impl Legacy for Q80 {
 /// A legacy-format dot of `N` weight rows against one activation row
 /// (decode): each row's f32 steps are its one-row kernel's, while the
 /// activation block and its scale are loaded once for all rows.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn legacy_rows<F: Legacy, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
+/// With one-instruction lane sums (VNNI) the offset formats multiply
+/// their unsigned codes and start each lane at -offset x the activations'
+/// lane sums (shared by the rows): the same exact sums, fewer steps.
+/// Always inlined into entries that enable AVX2 (and AVX-VNNI for
+/// `VnniLanes`).
+#[inline(always)]
+unsafe fn legacy_rows<F: Legacy, L: Lanes, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
     // Q8_1 activations (scale, sum, quants) pair with the unsigned formats.
     let ab = if F::SIGNED { 34 } else { 36 };
     let blocks = rows[0].len() / F::WB;
@@ -551,7 +621,6 @@ unsafe fn legacy_rows<F: Legacy, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> 
     assert!(a.len() >= blocks * ab, "activation row");
     let mut acc = [_mm256_setzero_ps(); N];
     let mut summs = [0f32; N];
-    let ones = _mm256_set1_epi16(1);
     for i in 0..blocks {
         let ba = &a[i * ab..(i + 1) * ab];
         let act = unsafe { load32(ba, ab - 32) };
@@ -560,16 +629,22 @@ unsafe fn legacy_rows<F: Legacy, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> 
         } else {
             f16x2_at(ba, 0)
         };
+        let offset_form = L::FUSED_ADD && F::OFFSET != 0;
+        let start = if offset_form {
+            let s = unsafe { L::lanes(_mm256_set1_epi8(F::OFFSET), act) };
+            _mm256_sub_epi32(_mm256_setzero_si256(), s)
+        } else {
+            _mm256_setzero_si256()
+        };
         for r in 0..N {
             let bw = &rows[r][i * F::WB..(i + 1) * F::WB];
-            let q = unsafe { F::unpack(bw) };
-            let l = if F::SIGNED {
-                _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(act, q)),
-                    ones,
-                )
+            let l = if offset_form {
+                unsafe { L::lanes_plus(start, F::unpack_codes(bw), act) }
+            } else if F::SIGNED {
+                let q = unsafe { F::unpack(bw) };
+                unsafe { L::lanes(_mm256_sign_epi8(q, q), _mm256_sign_epi8(act, q)) }
             } else {
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q, act), ones)
+                unsafe { L::lanes(F::unpack(bw), act) }
             };
             let d = if F::SIGNED {
                 f16_at(bw, 0) * da
@@ -1103,25 +1178,42 @@ unsafe fn unpack_legacy<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
 /// VNNI `vpdpbusd`. The sums are exact either way, so the f32 steps that
 /// follow, and the results, are the same bits.
 trait Lanes {
+    /// Whether `lanes_plus` is one instruction (so the offset form of the
+    /// signed formats pays).
+    const FUSED_ADD: bool;
     unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i;
+    /// c + lanes(u, a).
+    unsafe fn lanes_plus(c: __m256i, u: __m256i, a: __m256i) -> __m256i;
 }
 
 struct Avx2Lanes;
 struct VnniLanes;
 
 impl Lanes for Avx2Lanes {
+    const FUSED_ADD: bool = false;
     #[inline(always)]
     unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
         unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)) }
     }
+    #[inline(always)]
+    unsafe fn lanes_plus(c: __m256i, u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: as `lanes`.
+        unsafe { _mm256_add_epi32(c, Self::lanes(u, a)) }
+    }
 }
 
 impl Lanes for VnniLanes {
+    const FUSED_ADD: bool = true;
     #[inline(always)]
     unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i {
-        // SAFETY: AVX-VNNI is enabled in every caller (the `_vnni` kernels).
+        // SAFETY: AVX-VNNI is enabled in every caller (the VNNI entries).
         unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a) }
+    }
+    #[inline(always)]
+    unsafe fn lanes_plus(c: __m256i, u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: as `lanes`.
+        unsafe { _mm256_dpbusd_avx_epi32(c, u, a) }
     }
 }
 
