@@ -494,6 +494,19 @@ mod tests {
                             })
                             .collect();
                         let four = f4.once(&w, [&a, &rows[0], &rows[1], &rows[2]]);
+                        if path == DotPath::VecDot {
+                            // Every build of the packed kernel gives these bits.
+                            let mut pre = Vec::new();
+                            (f4.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut pre);
+                            for (k, f) in x86::packed4_kernels(ty).into_iter().enumerate() {
+                                let got = f(&w, [&a, &rows[0], &rows[1], &rows[2]], &pre);
+                                assert_eq!(
+                                    got.map(f32::to_bits),
+                                    four.map(f32::to_bits),
+                                    "{ty} x4 build #{k} n={n}"
+                                );
+                            }
+                        }
                         if let Some(f8) = f4.dot8 {
                             // Eight rows: the same four twice, the second
                             // group reversed.

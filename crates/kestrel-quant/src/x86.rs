@@ -60,17 +60,30 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         Option<VecDot8Fn>,
         Option<(UnpackRowFn, VecDot8UnpackedFn)>,
     ) = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if vnni => (
+            dot4v_q4_1,
+            prepare_q8_1,
+            Some(dot8v_q4_1p),
+            Some((unpack_q4_1, dot8v_q4_1 as VecDot8UnpackedFn)),
+        ),
+        (DotPath::VecDot, T::Q5_0) if vnni => (
+            dot4v_q5_0,
+            prepare_q8_0,
+            Some(dot8v_q5_0p),
+            Some((unpack_q5_0, dot8v_q5_0 as VecDot8UnpackedFn)),
+        ),
+        (DotPath::VecDot, T::Q8_0) if vnni => (dot4v_q8_0, prepare_q8_0, Some(dot8v_q8_0p), None),
         (DotPath::VecDot, T::Q4_1) => (
             dot4_q4_1,
             prepare_q8_1,
             Some(dot8_q4_1),
-            Some((unpack_q4_1, if vnni { dot8v_q4_1 } else { dot8u_q4_1 })),
+            Some((unpack_q4_1, dot8u_q4_1 as VecDot8UnpackedFn)),
         ),
         (DotPath::VecDot, T::Q5_0) => (
             dot4_q5_0,
             prepare_q8_0,
             Some(dot8_q5_0),
-            Some((unpack_q5_0, if vnni { dot8v_q5_0 } else { dot8u_q5_0 })),
+            Some((unpack_q5_0, dot8u_q5_0 as VecDot8UnpackedFn)),
         ),
         (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
         (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
@@ -111,9 +124,6 @@ macro_rules! entry4 {
     };
 }
 
-entry4!(dot4_q4_1 => q4_1_x4);
-entry4!(dot4_q5_0 => q5_0_x4);
-entry4!(dot4_q8_0 => q8_0_x4);
 entry4!(dot4_q4_k_gemm => q4_k_gemm_x4);
 entry4!(dot4_q6_k_tiled => q6_k_tiled_x4);
 
@@ -227,6 +237,23 @@ entry_rows4!(rows4v_q4_1 => vnni Q41);
 entry_rows4!(rows4v_q5_0 => vnni Q50);
 entry_rows4!(rows4v_q5_1 => vnni Q51);
 entry_rows4!(rows4v_q8_0 => vnni Q80);
+
+/// Every build of the packed four-token prompt kernel for `ty` this CPU
+/// runs (AVX2's; AVX-VNNI's where detected), for the tests.
+#[cfg(test)]
+pub(crate) fn packed4_kernels(ty: T) -> Vec<VecDot4Fn> {
+    let (avx2, vnni): (VecDot4Fn, VecDot4Fn) = match ty {
+        T::Q4_1 => (dot4_q4_1, dot4v_q4_1),
+        T::Q5_0 => (dot4_q5_0, dot4v_q5_0),
+        T::Q8_0 => (dot4_q8_0, dot4v_q8_0),
+        _ => return Vec::new(),
+    };
+    if crate::simd::vnni_available() {
+        vec![avx2, vnni]
+    } else {
+        vec![avx2]
+    }
+}
 
 /// Every build of the four-row decode kernel for `ty` this CPU runs
 /// (AVX2's; AVX-VNNI's where detected), for the tests.
@@ -1285,28 +1312,35 @@ unsafe fn legacy_groups<F: Legacy, R: LegacyRow, L: Lanes, const G: usize>(
     out
 }
 
+/// The packed four- and eight-row entries of a legacy format, for one
+/// lane-sum build; `$feat` are the features `path_dot4` detected before
+/// handing them out.
 macro_rules! legacy_x4 {
-    ($x4:ident, $x8:ident, $f:ty) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $x4(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
-            let w = Packed::<$f> {
-                w,
-                format: std::marker::PhantomData,
-            };
-            let [out] = unsafe { legacy_groups::<$f, _, Avx2Lanes, 1>(w, [pre]) };
-            out
-        }
-
-        fn $x8(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
-            #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn body(w: Packed<'_, $f>, pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
-                unsafe { legacy_groups::<$f, _, Avx2Lanes, 2>(w, pre) }
+    ($x4:ident, $x8:ident, $f:ty, $lanes:ty, $feat:literal) => {
+        fn $x4(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
+            #[target_feature(enable = $feat)]
+            unsafe fn body(w: Packed<'_, $f>, pre: [&[Chunk32]; 1]) -> [[f32; 4]; 1] {
+                unsafe { legacy_groups::<$f, _, $lanes, 1>(w, pre) }
             }
             let w = Packed::<$f> {
                 w,
                 format: std::marker::PhantomData,
             };
-            // SAFETY: as `entry!`.
+            // SAFETY: `$feat` were detected (see above).
+            let [out] = unsafe { body(w, [pre]) };
+            out
+        }
+
+        fn $x8(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = $feat)]
+            unsafe fn body(w: Packed<'_, $f>, pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                unsafe { legacy_groups::<$f, _, $lanes, 2>(w, pre) }
+            }
+            let w = Packed::<$f> {
+                w,
+                format: std::marker::PhantomData,
+            };
+            // SAFETY: `$feat` were detected (see above).
             let [a, b] = unsafe { body(w, [pre0, pre1]) };
             [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
         }
@@ -1346,9 +1380,30 @@ macro_rules! legacy_x4 {
     };
 }
 
-legacy_x4!(q4_1_x4, dot8_q4_1, Q41);
-legacy_x4!(q5_0_x4, dot8_q5_0, Q50);
-legacy_x4!(q8_0_x4, dot8_q8_0, Q80);
+legacy_x4!(dot4_q4_1, dot8_q4_1, Q41, Avx2Lanes, "avx2,fma,f16c");
+legacy_x4!(dot4_q5_0, dot8_q5_0, Q50, Avx2Lanes, "avx2,fma,f16c");
+legacy_x4!(dot4_q8_0, dot8_q8_0, Q80, Avx2Lanes, "avx2,fma,f16c");
+legacy_x4!(
+    dot4v_q4_1,
+    dot8v_q4_1p,
+    Q41,
+    VnniLanes,
+    "avx2,fma,f16c,avxvnni"
+);
+legacy_x4!(
+    dot4v_q5_0,
+    dot8v_q5_0p,
+    Q50,
+    VnniLanes,
+    "avx2,fma,f16c,avxvnni"
+);
+legacy_x4!(
+    dot4v_q8_0,
+    dot8v_q8_0p,
+    Q80,
+    VnniLanes,
+    "avx2,fma,f16c,avxvnni"
+);
 legacy_x4!(unpack_q4_1, dot8u_q4_1, dot8v_q4_1, unpacked Q41);
 legacy_x4!(unpack_q5_0, dot8u_q5_0, dot8v_q5_0, unpacked Q50);
 
