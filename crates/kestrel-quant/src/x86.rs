@@ -98,6 +98,17 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
     })
 }
 
+/// The builds of one kernel this CPU runs: AVX2's, then AVX-VNNI's where
+/// detected (for the tests, which hold every build to the same bits).
+#[cfg(test)]
+fn builds<K>(avx2: K, vnni: K) -> Vec<K> {
+    if crate::simd::vnni_available() {
+        vec![avx2, vnni]
+    } else {
+        vec![avx2]
+    }
+}
+
 /// Every build of `ty`'s eight-row kernel on unpacked rows that this CPU
 /// runs (AVX2's; AVX-VNNI's where detected), for the tests.
 #[cfg(test)]
@@ -107,11 +118,7 @@ pub(crate) fn unpacked_kernels(ty: T) -> Vec<VecDot8UnpackedFn> {
         T::Q5_0 => (dot8u_q5_0, dot8v_q5_0),
         _ => return Vec::new(),
     };
-    if crate::simd::vnni_available() {
-        vec![avx2, vnni]
-    } else {
-        vec![avx2]
-    }
+    builds(avx2, vnni)
 }
 
 /// Declares a safe entry point for a four-row AVX2 kernel body.
@@ -248,11 +255,7 @@ pub(crate) fn packed4_kernels(ty: T) -> Vec<VecDot4Fn> {
         T::Q8_0 => (dot4_q8_0, dot4v_q8_0),
         _ => return Vec::new(),
     };
-    if crate::simd::vnni_available() {
-        vec![avx2, vnni]
-    } else {
-        vec![avx2]
-    }
+    builds(avx2, vnni)
 }
 
 /// Every build of the four-row decode kernel for `ty` this CPU runs
@@ -267,11 +270,7 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
         T::Q8_0 => (rows4_q8_0, rows4v_q8_0),
         _ => return Vec::new(),
     };
-    if crate::simd::vnni_available() {
-        vec![avx2, vnni]
-    } else {
-        vec![avx2]
-    }
+    builds(avx2, vnni)
 }
 
 /// Declares a safe entry point for an AVX2 kernel body.
