@@ -1,6 +1,7 @@
 //! Throughput of `matmul` for a few activation rows (batched decode) on a
-//! DRAM-sized weight matrix, in multiply-adds per second.
-//! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS]
+//! DRAM-sized weight matrix, in multiply-adds per second; with `prefill`, a
+//! 128-token prompt batch through Qwen2.5-0.5B-shaped Q5_0/Q4_1 matrices.
+//! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS] [prefill]
 
 use std::time::Instant;
 
@@ -16,6 +17,10 @@ fn main() {
         .num_threads(threads)
         .build()
         .unwrap();
+    if std::env::args().nth(2).as_deref() == Some("prefill") {
+        prefill(&pool);
+        return;
+    }
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         let (rows, cols) = (65536usize, 576usize);
         let rb = ty.row_bytes(cols as u64).unwrap() as usize;
@@ -49,6 +54,48 @@ fn main() {
                 s * 1e3,
                 (rows * cols * n_tok) as f64 / s / 1e9,
                 data.len() as f64 / s / 1e9
+            );
+        }
+    }
+}
+
+/// A prompt batch: every weight row meets 128 distinct activation rows.
+fn prefill(pool: &rayon::ThreadPool) {
+    let n_tok = 128;
+    for ty in [GgmlType::Q5_0, GgmlType::Q4_1] {
+        for (rows, cols) in [(4864usize, 896usize), (896, 4864)] {
+            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+            let mut data = vec![0u8; rb * rows];
+            let mut s = 7u32;
+            let mut rnd = move || {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) - 0.5
+            };
+            for r in 0..rows {
+                let row: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+                quantize_row(ty, &row, &mut data[r * rb..(r + 1) * rb]);
+            }
+            let w = MatRef {
+                ty,
+                rows,
+                cols,
+                data: &data,
+            };
+            let x: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
+            let mut out = vec![0f32; n_tok * rows];
+            matmul(w, &x, n_tok, &mut out, pool);
+            let reps = std::env::var("REPS").map_or(5, |r| r.parse().expect("REPS"));
+            let t0 = Instant::now();
+            for _ in 0..reps {
+                matmul(w, &x, n_tok, &mut out, pool);
+            }
+            let s = t0.elapsed().as_secs_f64() / reps as f64;
+            println!(
+                "{ty} {rows}x{cols} n_tok {n_tok}: {:.2} ms, {:.1} GMAC/s",
+                s * 1e3,
+                (rows * cols * n_tok) as f64 / s / 1e9
             );
         }
     }

@@ -8,6 +8,7 @@ pub mod ops;
 mod profile;
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -427,13 +428,27 @@ impl CpuModel {
         // work in place (the other workers steal it) instead of waking a
         // worker and putting this thread to sleep for every op.
         self.pool.install(|| {
-            #[cfg(target_arch = "x86_64")]
-            if kestrel_quant::avx2_in_use() {
-                // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-                return unsafe { self.forward_avx2(seqs) };
-            }
-            self.forward_impl(seqs)
+            let done = AtomicBool::new(false);
+            let leader = rayon::current_thread_index();
+            rayon::scope(|s| {
+                for _ in 1..self.pool.current_num_threads() {
+                    s.spawn(|_| keep_warm(&done, leader));
+                }
+                // Set on the way out, by unwinding too: the scope waits
+                // for the spinners, which wait for this.
+                let _finish = SetOnDrop(&done);
+                self.forward_dispatch(seqs)
+            })
         })
+    }
+
+    fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+        #[cfg(target_arch = "x86_64")]
+        if kestrel_quant::avx2_in_use() {
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
+            return unsafe { self.forward_avx2(seqs) };
+        }
+        self.forward_impl(seqs)
     }
 
     /// The forward pass compiled with AVX2/FMA/F16C, so the element-wise
@@ -722,4 +737,30 @@ fn norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], e: usize) {
         .zip(x.par_chunks(e))
         .with_min_len(PAR_ROWS)
         .for_each(|(y, x)| ops::rms_norm(x, w, eps, y));
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Keeps a pool worker spinning, and taking the pass's parallel work as it
+/// appears, until the pass is `done`: between two ops a parked worker cost
+/// a futex wake-up per op (~12% of a SmolLM2 decode step went to the
+/// scheduler), where ggml's workers spin through a graph. On the leader
+/// (the thread running the pass, which may pick this job up while it waits)
+/// it returns at once, or the pass would never finish.
+fn keep_warm(done: &AtomicBool, leader: Option<usize>) {
+    if rayon::current_thread_index() == leader {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
+    }
 }
