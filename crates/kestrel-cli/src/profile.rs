@@ -95,7 +95,9 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     println!(
         "model: {} | threads: {threads} | {}",
         a.model.display(),
-        if kestrel_quant::vnni_in_use() {
+        if kestrel_quant::avx512_in_use() {
+            "AVX2 kernels (AVX-VNNI lane sums; AVX-512 prompt kernels for Q4_1/Q5_0/Q8_0)"
+        } else if kestrel_quant::vnni_in_use() {
             "AVX2 kernels (AVX-VNNI lane sums)"
         } else if kestrel_quant::avx2_in_use() {
             "AVX2 kernels"

@@ -236,9 +236,30 @@ fn rows_into(
                 }
             }
         }
+        // Consecutive groups of one run go in pairs through an eight-row
+        // kernel where there is one; with enough pairs to pay for
+        // unpacking the weight rows, through the unpacked kernel, whose
+        // activation layout may differ.
+        let unpack_tile = groups.len() >= 4;
+        let mut paired = vec![false; groups.len()];
+        let mut g = 0;
+        while g < groups.len() {
+            let (t, four) = groups[g];
+            if four.dot8.is_some() && groups.get(g + 1).is_some_and(|&(t2, _)| t2 == t + 4) {
+                paired[g] = true;
+                paired[g + 1] = true;
+                g += 2;
+            } else {
+                g += 1;
+            }
+        }
         prepared.resize_with(prepared.len().max(groups.len()), Vec::new);
-        for (&(t, four), pre) in groups.iter().zip(prepared.iter_mut()) {
-            (four.prepare)(
+        for ((&(t, four), pre), &pair) in groups.iter().zip(prepared.iter_mut()).zip(&paired) {
+            let prepare = match four.unpacked {
+                Some(u) if pair && unpack_tile => u.prepare,
+                _ => four.prepare,
+            };
+            prepare(
                 [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]],
                 pre,
             );
@@ -254,35 +275,33 @@ fn rows_into(
                 let (t, four) = groups[g];
                 // Two consecutive groups of one run share each unpacked
                 // weight block where the kernel takes eight rows.
-                if let (Some(dot8), Some(&(t2, _))) = (four.dot8, groups.get(g + 1)) {
-                    if t2 == t + 4 {
-                        let (p0, p1) = (&prepared[g], &prepared[g + 1]);
-                        match four.unpacked {
-                            Some((unpack, dot8u)) if groups.len() >= 4 => {
-                                if !tile_unpacked {
-                                    unpacked.resize_with(ROW_TILE, Vec::new);
-                                    for (r, u) in (rt0..rt1).zip(unpacked.iter_mut()) {
-                                        unpack(row(r), u);
-                                    }
-                                    tile_unpacked = true;
+                if let (true, Some(dot8)) = (paired[g], four.dot8) {
+                    let (p0, p1) = (&prepared[g], &prepared[g + 1]);
+                    match four.unpacked {
+                        Some(u) if unpack_tile => {
+                            if !tile_unpacked {
+                                unpacked.resize_with(ROW_TILE, Vec::new);
+                                for (r, uw) in (rt0..rt1).zip(unpacked.iter_mut()) {
+                                    (u.unpack)(row(r), uw);
                                 }
-                                for (r, u) in (rt0..rt1).zip(&unpacked) {
-                                    for (k, v) in dot8u(u, p0, p1).into_iter().enumerate() {
-                                        out[(t + k) * stride + (r - r0)] = v;
-                                    }
-                                }
+                                tile_unpacked = true;
                             }
-                            _ => {
-                                for r in rt0..rt1 {
-                                    for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
-                                        out[(t + k) * stride + (r - r0)] = v;
-                                    }
+                            for (r, uw) in (rt0..rt1).zip(&unpacked) {
+                                for (k, v) in (u.dot8)(uw, p0, p1).into_iter().enumerate() {
+                                    out[(t + k) * stride + (r - r0)] = v;
                                 }
                             }
                         }
-                        g += 2;
-                        continue;
+                        _ => {
+                            for r in rt0..rt1 {
+                                for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
+                                    out[(t + k) * stride + (r - r0)] = v;
+                                }
+                            }
+                        }
                     }
+                    g += 2;
+                    continue;
                 }
                 let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
                 for r in rt0..rt1 {

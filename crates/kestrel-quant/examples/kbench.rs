@@ -141,17 +141,20 @@ fn prefill_rates() {
             "{ty} x8 {path:?}: {:.2} GMAC/s ({s})",
             (8 * cols * rows * (reps / 2)) as f64 / dt / 1e9
         );
-        let Some((unpack, dot8u)) = f.unpacked else {
+        let Some(unpacked) = f.unpacked else {
             continue;
         };
         let mut uw = vec![Vec::new(); rows];
         for (r, u) in uw.iter_mut().enumerate() {
-            unpack(&w[r * rb..(r + 1) * rb], u);
+            (unpacked.unpack)(&w[r * rb..(r + 1) * rb], u);
         }
+        let (mut pre0, mut pre1) = (Vec::new(), Vec::new());
+        (unpacked.prepare)(a, &mut pre0);
+        (unpacked.prepare)([a[3], a[2], a[1], a[0]], &mut pre1);
         let t0 = Instant::now();
         for _ in 0..reps / 2 {
             for u in &uw {
-                s += dot8u(u, &pre, &pre)[0];
+                s += (unpacked.dot8)(u, &pre0, &pre1)[0];
             }
         }
         let dt = t0.elapsed().as_secs_f64();

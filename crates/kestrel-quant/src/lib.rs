@@ -137,6 +137,16 @@ pub fn vnni_in_use() -> bool {
     false
 }
 
+/// Whether the legacy formats' prompt kernels run their AVX-512 build (two
+/// tokens per instruction; detected at run time; `KESTREL_NO_AVX512=1`
+/// turns it off).
+pub fn avx512_in_use() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86::wide::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
 pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     #[cfg(target_arch = "x86_64")]
@@ -325,7 +335,17 @@ pub struct Dot4 {
     pub dot: VecDot4Fn,
     pub prepare: Prepare4Fn,
     pub dot8: Option<VecDot8Fn>,
-    pub unpacked: Option<(UnpackRowFn, VecDot8UnpackedFn)>,
+    pub unpacked: Option<Unpacked8>,
+}
+
+/// An eight-row kernel on unpacked weight rows, with the row unpacking and
+/// the activation layout it reads (its own: the AVX-512 build lays groups
+/// out for two-token loads).
+#[derive(Clone, Copy)]
+pub struct Unpacked8 {
+    pub prepare: Prepare4Fn,
+    pub unpack: UnpackRowFn,
+    pub dot8: VecDot8UnpackedFn,
 }
 
 impl Dot4 {
@@ -520,13 +540,19 @@ mod tests {
                                 [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]],
                                 "{ty} x8 n={n}"
                             );
-                            if let Some((unpack, _)) = f4.unpacked {
-                                let mut uw = Vec::new();
-                                unpack(&w, &mut uw);
+                            if f4.unpacked.is_some() {
+                                // Every build (AVX2; AVX-VNNI and AVX-512
+                                // where detected), each with its own row
+                                // and activation layouts.
                                 let kernels = x86::unpacked_kernels(ty);
                                 assert!(!kernels.is_empty(), "{ty}: its unpacked kernels");
-                                for (k, f8u) in kernels.into_iter().enumerate() {
-                                    let got = f8u(&uw, &p0, &p1).map(f32::to_bits);
+                                for (k, u) in kernels.into_iter().enumerate() {
+                                    let (mut uw, mut q0, mut q1) =
+                                        (Vec::new(), Vec::new(), Vec::new());
+                                    (u.unpack)(&w, &mut uw);
+                                    (u.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut q0);
+                                    (u.prepare)([&rows[2], &rows[1], &rows[0], &a], &mut q1);
+                                    let got = (u.dot8)(&uw, &q0, &q1).map(f32::to_bits);
                                     assert_eq!(got, eight, "{ty} x8 unpacked #{k} n={n}");
                                 }
                                 unpacked8 += 1;
@@ -567,10 +593,12 @@ mod tests {
             }
         }
         assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
+        // Q8_0 has an unpacked kernel only in the AVX-512 build.
+        let q8_0_wide = if x86::wide::available() { 3 } else { 0 };
         assert_eq!(
             unpacked8,
-            2 * 3,
-            "Q4_1's and Q5_0's unpacked kernels, three lengths"
+            2 * 3 + q8_0_wide,
+            "Q4_1's and Q5_0's unpacked kernels (and Q8_0's), three lengths"
         );
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }

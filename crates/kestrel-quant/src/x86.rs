@@ -12,9 +12,11 @@
 use std::arch::x86_64::*;
 
 use crate::{
-    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, UnpackRowFn, VecDot2Fn, VecDot4Fn,
-    VecDot8Fn, VecDot8UnpackedFn, VecDotFn, VecDotRows4Fn,
+    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, Unpacked8, VecDot2Fn, VecDot4Fn, VecDot8Fn,
+    VecDotFn, VecDotRows4Fn,
 };
+
+pub(crate) mod wide;
 
 /// The hand-written kernel for `ty`'s plain dot, else `twin`.
 pub(crate) const fn dot_for(ty: T, twin: VecDotFn) -> VecDotFn {
@@ -54,37 +56,33 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
 /// The four-row kernel for `path` and `ty`, if there is one.
 pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
     let vnni = crate::simd::vnni_available();
+    let wide = wide::available();
     let (dot, prepare, dot8, unpacked): (
         VecDot4Fn,
         Prepare4Fn,
         Option<VecDot8Fn>,
-        Option<(UnpackRowFn, VecDot8UnpackedFn)>,
+        Option<Unpacked8>,
     ) = match (path, ty) {
         (DotPath::VecDot, T::Q4_1) if vnni => (
             dot4v_q4_1,
             prepare_q8_1,
             Some(dot8v_q4_1p),
-            Some((unpack_q4_1, dot8v_q4_1 as VecDot8UnpackedFn)),
+            Some(if wide { WIDE_Q4_1 } else { VNNI_Q4_1 }),
         ),
         (DotPath::VecDot, T::Q5_0) if vnni => (
             dot4v_q5_0,
             prepare_q8_0,
             Some(dot8v_q5_0p),
-            Some((unpack_q5_0, dot8v_q5_0 as VecDot8UnpackedFn)),
+            Some(if wide { WIDE_Q5_0 } else { VNNI_Q5_0 }),
         ),
-        (DotPath::VecDot, T::Q8_0) if vnni => (dot4v_q8_0, prepare_q8_0, Some(dot8v_q8_0p), None),
-        (DotPath::VecDot, T::Q4_1) => (
-            dot4_q4_1,
-            prepare_q8_1,
-            Some(dot8_q4_1),
-            Some((unpack_q4_1, dot8u_q4_1 as VecDot8UnpackedFn)),
-        ),
-        (DotPath::VecDot, T::Q5_0) => (
-            dot4_q5_0,
+        (DotPath::VecDot, T::Q8_0) if vnni => (
+            dot4v_q8_0,
             prepare_q8_0,
-            Some(dot8_q5_0),
-            Some((unpack_q5_0, dot8u_q5_0 as VecDot8UnpackedFn)),
+            Some(dot8v_q8_0p),
+            wide.then_some(WIDE_Q8_0),
         ),
+        (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1), Some(AVX2_Q4_1)),
+        (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0), Some(AVX2_Q5_0)),
         (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
         (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
@@ -109,16 +107,58 @@ fn builds<K>(avx2: K, vnni: K) -> Vec<K> {
     }
 }
 
+/// The eight-row kernels on unpacked rows: AVX2's, AVX-VNNI's (the same
+/// layouts), and AVX-512's (its own).
+const AVX2_Q4_1: Unpacked8 = Unpacked8 {
+    prepare: prepare_q8_1,
+    unpack: unpack_q4_1,
+    dot8: dot8u_q4_1,
+};
+const AVX2_Q5_0: Unpacked8 = Unpacked8 {
+    prepare: prepare_q8_0,
+    unpack: unpack_q5_0,
+    dot8: dot8u_q5_0,
+};
+const VNNI_Q4_1: Unpacked8 = Unpacked8 {
+    dot8: dot8v_q4_1,
+    ..AVX2_Q4_1
+};
+const VNNI_Q5_0: Unpacked8 = Unpacked8 {
+    dot8: dot8v_q5_0,
+    ..AVX2_Q5_0
+};
+const WIDE_Q4_1: Unpacked8 = Unpacked8 {
+    prepare: wide::prepare_q4_1,
+    unpack: unpack_q4_1,
+    dot8: wide::dot8_q4_1,
+};
+const WIDE_Q5_0: Unpacked8 = Unpacked8 {
+    prepare: wide::prepare_signed,
+    unpack: wide::unpack_q5_0,
+    dot8: wide::dot8_q5_0,
+};
+/// Q8_0 has only this one: its rows are bytes already, so unpacking pays
+/// only where it lets one instruction serve two tokens.
+const WIDE_Q8_0: Unpacked8 = Unpacked8 {
+    prepare: wide::prepare_signed,
+    unpack: wide::unpack_q8_0,
+    dot8: wide::dot8_q8_0,
+};
+
 /// Every build of `ty`'s eight-row kernel on unpacked rows that this CPU
-/// runs (AVX2's; AVX-VNNI's where detected), for the tests.
+/// runs (AVX2's; AVX-VNNI's and AVX-512's where detected), for the tests.
 #[cfg(test)]
-pub(crate) fn unpacked_kernels(ty: T) -> Vec<VecDot8UnpackedFn> {
-    let (avx2, vnni): (VecDot8UnpackedFn, VecDot8UnpackedFn) = match ty {
-        T::Q4_1 => (dot8u_q4_1, dot8v_q4_1),
-        T::Q5_0 => (dot8u_q5_0, dot8v_q5_0),
+pub(crate) fn unpacked_kernels(ty: T) -> Vec<Unpacked8> {
+    let (mut all, wide) = match ty {
+        T::Q4_1 => (builds(AVX2_Q4_1, VNNI_Q4_1), WIDE_Q4_1),
+        T::Q5_0 => (builds(AVX2_Q5_0, VNNI_Q5_0), WIDE_Q5_0),
+        T::Q8_0 => (Vec::new(), WIDE_Q8_0),
         _ => return Vec::new(),
     };
-    builds(avx2, vnni)
+    if wide::available() {
+        all.push(wide);
+    }
+    all
 }
 
 /// Declares a safe entry point for a four-row AVX2 kernel body.

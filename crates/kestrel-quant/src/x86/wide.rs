@@ -1,0 +1,232 @@
+//! AVX-512 builds of the prompt kernels on unpacked legacy rows (Q4_1,
+//! Q5_0): one 512-bit register holds two tokens' eight lanes, so each
+//! instruction serves two tokens where the AVX2 build spends one per
+//! token. Each half runs exactly the AVX2 kernel's f32 steps for its token
+//! (the same lanes, the same products, the same fused adds in the same
+//! order), so the results are the same bits; the lib.rs test holds every
+//! build to the portable kernel.
+//!
+//! The activations get their own layout (`prepare_*`), 64-byte units so
+//! that each two-token load stays within one cache line:
+//! per group of four tokens and per block, `[a0 | a1]`, `[a2 | a3]` (Q5_0:
+//! each byte + 128, as unsigned), `[da0 x8 | da1 x8]`, `[da2 x8 | da3 x8]`
+//! (scales widened), then for Q4_1 a unit with the four sums s. Q5_0 rows
+//! are multiplied as signed weights against unsigned activations: each
+//! lane then starts at -128 x the sum of its four weights (computed once
+//! per row, `unpack_q5_0`), which leaves the exact signed sum.
+
+use std::arch::x86_64::*;
+
+use super::{f16x2_at, hsum_ps, Legacy, Q41, Q50, Q80};
+use crate::Chunk32;
+
+/// Whether this CPU runs the kernels here (checked once). They are used
+/// only where AVX-VNNI's builds would be (`KESTREL_NO_VNNI=1` turns both
+/// off); `KESTREL_NO_AVX512=1` turns off just these, for comparison.
+pub(crate) fn available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        crate::simd::avx2_available()
+            && std::env::var_os("KESTREL_NO_VNNI").is_none_or(|v| v != "1")
+            && std::env::var_os("KESTREL_NO_AVX512").is_none_or(|v| v != "1")
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// 64-byte units per block of a prepared group.
+const fn units<F: Legacy>() -> usize {
+    if F::SIGNED {
+        4
+    } else {
+        5
+    }
+}
+
+/// Where the 64-aligned part of `v` starts, in chunks (a `Vec<Chunk32>`
+/// is only 32-aligned). Prepare and kernel agree because both ask the same
+/// allocation.
+fn start(v: &[Chunk32]) -> usize {
+    usize::from(!(v.as_ptr() as usize).is_multiple_of(64))
+}
+
+/// Four Q8_0/Q8_1 rows in the layout above.
+fn prepare<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    // Q8_1 (d, s, quants) pairs with the unsigned formats.
+    let block = if F::SIGNED { 34 } else { 36 };
+    let blocks = a[0].len() / block;
+    let per_block = 2 * units::<F>();
+    out.clear();
+    out.resize(blocks * per_block + 1, Chunk32([0; 32]));
+    let at = start(out);
+    let half = |b: &[u8], k: usize| crate::f16_to_f32(u16::from_le_bytes([b[2 * k], b[2 * k + 1]]));
+    for i in 0..blocks {
+        let unit = &mut out[at + i * per_block..at + (i + 1) * per_block];
+        for (t, row) in a.iter().enumerate() {
+            let b = &row[i * block..(i + 1) * block];
+            let q = &mut unit[t].0;
+            q.copy_from_slice(&b[block - 32..]);
+            if F::SIGNED {
+                q.iter_mut().for_each(|v| *v ^= 0x80);
+            }
+            let d = half(b, 0).to_le_bytes();
+            for k in 0..8 {
+                unit[4 + t].0[4 * k..4 * k + 4].copy_from_slice(&d);
+            }
+            if !F::SIGNED {
+                unit[8].0[4 * t..4 * t + 4].copy_from_slice(&half(b, 1).to_le_bytes());
+            }
+        }
+    }
+}
+
+pub(crate) fn prepare_q4_1(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare::<Q41>(a, out);
+}
+
+/// For both signed formats (Q5_0, Q8_0: Q8_0 activations either way).
+pub(crate) fn prepare_signed(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare::<Q50>(a, out);
+}
+
+/// Signed rows (Q5_0, Q8_0) for `dot8`: B blocks of signed quants, then B
+/// chunks of lane offsets (-128 x the sum of each lane's four weights),
+/// then the (d, m) pairs four blocks to a chunk, as `super::unpack_legacy`
+/// has them.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_signed<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
+    let blocks = w.len() / F::WB;
+    out.clear();
+    out.resize(2 * blocks + blocks.div_ceil(4), Chunk32([0; 32]));
+    for (i, bw) in w.chunks_exact(F::WB).enumerate() {
+        // SAFETY: AVX2 is enabled here; the block is whole.
+        let q = unsafe { F::unpack(bw) };
+        // SAFETY: chunk i is in bounds (resized above) and 32-aligned.
+        unsafe { _mm256_store_si256(out.as_mut_ptr().add(i) as *mut __m256i, q) };
+        let sums = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+            _mm256_set1_epi16(-128),
+        );
+        // SAFETY: chunk blocks + i is in bounds and 32-aligned.
+        unsafe { _mm256_store_si256(out.as_mut_ptr().add(blocks + i) as *mut __m256i, sums) };
+        let (d, m) = f16x2_at(bw, 0);
+        let at = 8 * (i % 4);
+        let chunk = &mut out[2 * blocks + i / 4].0;
+        chunk[at..at + 4].copy_from_slice(&d.to_le_bytes());
+        chunk[at + 4..at + 8].copy_from_slice(&m.to_le_bytes());
+    }
+}
+
+pub(crate) fn unpack_q5_0(w: &[u8], out: &mut Vec<Chunk32>) {
+    // SAFETY: handed out only after `available()` (which implies AVX2).
+    unsafe { unpack_signed::<Q50>(w, out) }
+}
+
+pub(crate) fn unpack_q8_0(w: &[u8], out: &mut Vec<Chunk32>) {
+    // SAFETY: as `unpack_q5_0`.
+    unsafe { unpack_signed::<Q80>(w, out) }
+}
+
+/// Eight tokens (two prepared groups) against one unpacked row. For the
+/// signed formats the row is `unpack_signed`'s; for Q4_1
+/// `super::unpack_legacy`'s.
+#[inline(always)]
+unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
+    // Rows hold B quant chunks (+ B offset chunks for Q5_0) + ceil(B/4).
+    let blocks = if F::SIGNED {
+        uw.len() * 4 / 9
+    } else {
+        uw.len() * 4 / 5
+    };
+    let scales_at = if F::SIGNED { 2 * blocks } else { blocks };
+    let per_block = 2 * units::<F>();
+    // One check each stands for the raw reads in the loop.
+    assert!(uw.len() >= scales_at + blocks.div_ceil(4), "unpacked row");
+    assert!(
+        pre.iter().all(|p| p.len() > blocks * per_block),
+        "prepared activations"
+    );
+    let base = pre.map(|p| {
+        // SAFETY: within the prepared buffer (its 64-aligned part).
+        unsafe { p.as_ptr().add(start(p)) as *const u8 }
+    });
+    let mut acc = [[_mm512_setzero_ps(); 2]; 2];
+    let mut summs = [_mm_setzero_ps(); 2];
+    for i in 0..blocks {
+        // SAFETY: every read below is within the lengths checked above;
+        // activation units are 64-aligned, row chunks 32-aligned.
+        unsafe {
+            let q = _mm512_broadcast_i64x4(_mm256_load_si256(uw.as_ptr().add(i) as *const __m256i));
+            let start_lanes = if F::SIGNED {
+                _mm512_broadcast_i64x4(_mm256_load_si256(
+                    uw.as_ptr().add(blocks + i) as *const __m256i
+                ))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let scales = uw.as_ptr().add(scales_at + i / 4) as *const f32;
+            let dw = *scales.add(2 * (i % 4));
+            let mw = *scales.add(2 * (i % 4) + 1);
+            let dw16 = _mm512_set1_ps(dw);
+            for g in 0..2 {
+                let unit = |k: usize| base[g].add((i * units::<F>() + k) * 64);
+                if !F::SIGNED {
+                    summs[g] = _mm_fmadd_ps(
+                        _mm_set1_ps(mw),
+                        _mm_load_ps(unit(4) as *const f32),
+                        summs[g],
+                    );
+                }
+                for (h, acc) in acc[g].iter_mut().enumerate() {
+                    let act = _mm512_load_si512(unit(h) as *const __m512i);
+                    let l = if F::SIGNED {
+                        _mm512_dpbusd_epi32(start_lanes, act, q)
+                    } else {
+                        _mm512_dpbusd_epi32(start_lanes, q, act)
+                    };
+                    let d = _mm512_mul_ps(dw16, _mm512_load_ps(unit(2 + h) as *const f32));
+                    *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), *acc);
+                }
+            }
+        }
+    }
+    let mut out = [0f32; 8];
+    for g in 0..2 {
+        let mut sm = [0f32; 4];
+        // SAFETY: sm holds 4 floats.
+        unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[g]) };
+        for (h, &v) in acc[g].iter().enumerate() {
+            let lo = _mm512_castps512_ps256(v);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            for (k, half) in [lo, hi].into_iter().enumerate() {
+                let t = 2 * h + k;
+                // SAFETY: AVX2 is enabled in every caller.
+                out[4 * g + t] = unsafe { hsum_ps(half) };
+                if !F::SIGNED {
+                    out[4 * g + t] += sm[t];
+                }
+            }
+        }
+    }
+    out
+}
+
+macro_rules! wide_entry {
+    ($name:ident, $f:ty) => {
+        pub(crate) fn $name(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
+                unsafe { dot8::<$f>(uw, pre) }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(uw, [pre0, pre1]) }
+        }
+    };
+}
+
+wide_entry!(dot8_q4_1, Q41);
+wide_entry!(dot8_q5_0, Q50);
+wide_entry!(dot8_q8_0, Q80);
