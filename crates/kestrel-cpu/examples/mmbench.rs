@@ -21,7 +21,7 @@ fn main() {
         prefill(&pool);
         return;
     }
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
         let (rows, cols) = (65536usize, 576usize);
         let rb = ty.row_bytes(cols as u64).unwrap() as usize;
         let mut data = vec![0u8; rb * rows];

@@ -225,17 +225,26 @@ fn rows_into(
     for tt0 in (0..n_tok).step_by(TOK_TILE) {
         let tt1 = (tt0 + TOK_TILE).min(n_tok);
         // The tile's four-row groups, each with its activation values
-        // prepared once for every weight row of the band.
-        let mut groups: Vec<(usize, Dot4)> = Vec::new();
+        // prepared once for every weight row of the band, and how many of
+        // its rows are real: two or three tokens left over go as a group
+        // padded with copies of its last row (one pass over the weights
+        // instead of one per token; each row's result is its own).
+        let mut groups: Vec<(usize, Dot4, usize)> = Vec::new();
         for &(t0, t1, _, four) in &runs {
             if let Some(four) = four {
-                let mut t = t0.max(tt0);
-                while t + 4 <= t1.min(tt1) {
-                    groups.push((t, four));
+                let (a0, a1) = (t0.max(tt0), t1.min(tt1));
+                let mut t = a0;
+                while t + 4 <= a1 {
+                    groups.push((t, four, 4));
                     t += 4;
+                }
+                if a1 >= t + 2 {
+                    groups.push((t, four, a1 - t));
                 }
             }
         }
+        let group_acts =
+            |t: usize, real: usize| [0, 1, 2, 3].map(|k: usize| &acts[t + k.min(real - 1)][..]);
         // Consecutive groups of one run go in pairs through an eight-row
         // kernel where there is one; with enough pairs to pay for
         // unpacking the weight rows, through the unpacked kernel, whose
@@ -244,8 +253,8 @@ fn rows_into(
         let mut paired = vec![false; groups.len()];
         let mut g = 0;
         while g < groups.len() {
-            let (t, four) = groups[g];
-            if four.dot8.is_some() && groups.get(g + 1).is_some_and(|&(t2, _)| t2 == t + 4) {
+            let (t, four, _) = groups[g];
+            if four.dot8.is_some() && groups.get(g + 1).is_some_and(|&(t2, ..)| t2 == t + 4) {
                 paired[g] = true;
                 paired[g + 1] = true;
                 g += 2;
@@ -254,47 +263,62 @@ fn rows_into(
             }
         }
         prepared.resize_with(prepared.len().max(groups.len()), Vec::new);
-        for ((&(t, four), pre), &pair) in groups.iter().zip(prepared.iter_mut()).zip(&paired) {
+        for ((&(t, four, real), pre), &pair) in groups.iter().zip(prepared.iter_mut()).zip(&paired)
+        {
             let prepare = match four.unpacked {
                 Some(u) if pair && unpack_tile => u.prepare,
                 _ => four.prepare,
             };
-            prepare(
-                [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]],
-                pre,
-            );
+            prepare(group_acts(t, real), pre);
         }
-        for rt0 in (r0..r1).step_by(ROW_TILE) {
-            let rt1 = (rt0 + ROW_TILE).min(r1);
+        // With too few tokens to unpack rows for, a product is a few
+        // passes over weights fresh from DRAM: its rows go as four
+        // interleaved streams, as in decode (one stream left the
+        // prefetchers behind the loads). Outputs do not depend on the order.
+        let streams = !unpack_tile;
+        let n_rows = r1 - r0;
+        let quarter = n_rows / 4;
+        let row_at = |p: usize| {
+            if streams && p < 4 * quarter {
+                r0 + (p % 4) * quarter + p / 4
+            } else {
+                r0 + p
+            }
+        };
+        for pt0 in (0..n_rows).step_by(ROW_TILE) {
+            let tile = (pt0..(pt0 + ROW_TILE).min(n_rows)).map(row_at);
             // Where several eight-row passes cross the row tile, its rows
             // are unpacked once for all of them (Q5_0's fifth bits cost as
             // much as a token's products).
             let mut tile_unpacked = false;
             let mut g = 0;
             while g < groups.len() {
-                let (t, four) = groups[g];
+                let (t, four, real) = groups[g];
                 // Two consecutive groups of one run share each unpacked
                 // weight block where the kernel takes eight rows.
                 if let (true, Some(dot8)) = (paired[g], four.dot8) {
                     let (p0, p1) = (&prepared[g], &prepared[g + 1]);
+                    let real = 4 + groups[g + 1].2;
                     match four.unpacked {
                         Some(u) if unpack_tile => {
                             if !tile_unpacked {
                                 unpacked.resize_with(ROW_TILE, Vec::new);
-                                for (r, uw) in (rt0..rt1).zip(unpacked.iter_mut()) {
+                                for (r, uw) in tile.clone().zip(unpacked.iter_mut()) {
                                     (u.unpack)(row(r), uw);
                                 }
                                 tile_unpacked = true;
                             }
-                            for (r, uw) in (rt0..rt1).zip(&unpacked) {
-                                for (k, v) in (u.dot8)(uw, p0, p1).into_iter().enumerate() {
+                            for (r, uw) in tile.clone().zip(&unpacked) {
+                                let v8 = (u.dot8)(uw, p0, p1);
+                                for (k, v) in v8.into_iter().enumerate().take(real) {
                                     out[(t + k) * stride + (r - r0)] = v;
                                 }
                             }
                         }
                         _ => {
-                            for r in rt0..rt1 {
-                                for (k, v) in dot8(row(r), p0, p1).into_iter().enumerate() {
+                            for r in tile.clone() {
+                                let v8 = dot8(row(r), p0, p1);
+                                for (k, v) in v8.into_iter().enumerate().take(real) {
                                     out[(t + k) * stride + (r - r0)] = v;
                                 }
                             }
@@ -303,24 +327,26 @@ fn rows_into(
                     g += 2;
                     continue;
                 }
-                let a = [&acts[t][..], &acts[t + 1], &acts[t + 2], &acts[t + 3]];
-                for r in rt0..rt1 {
-                    for (k, v) in (four.dot)(row(r), a, &prepared[g]).into_iter().enumerate() {
+                let a = group_acts(t, real);
+                for r in tile.clone() {
+                    let v4 = (four.dot)(row(r), a, &prepared[g]);
+                    for (k, v) in v4.into_iter().enumerate().take(real) {
                         out[(t + k) * stride + (r - r0)] = v;
                     }
                 }
                 g += 1;
             }
-            // Tokens not in a four-row group, one at a time.
+            // Tokens not in a group, one at a time: a run's single leftover
+            // token, or every token of a run without a four-row kernel.
             for &(t0, t1, one, four) in &runs {
                 let (a0, a1) = (t0.max(tt0), t1.min(tt1));
-                let single_from = if four.is_some() {
-                    a0 + (a1.saturating_sub(a0)) / 4 * 4
-                } else {
-                    a0
+                let single_from = match four {
+                    Some(_) if a1.saturating_sub(a0) % 4 == 1 => a1 - 1,
+                    Some(_) => a1,
+                    None => a0,
                 };
                 for (tt, a) in acts.iter().enumerate().take(a1).skip(single_from) {
-                    for r in rt0..rt1 {
+                    for r in tile.clone() {
                         out[tt * stride + (r - r0)] = one(w.cols, row(r), a);
                     }
                 }
@@ -391,8 +417,10 @@ mod tests {
 
     /// Prompt batches take the four- and eight-row kernels, with weight
     /// rows unpacked once per row tile where several eight-row passes
-    /// cross it: every output keeps the bits of its token's one-row kernel,
-    /// for batches with leftover groups and tokens and more rows than a tile.
+    /// cross it, or read as four streams where they are not: every output
+    /// keeps the bits of its token's one-row kernel, for batches with
+    /// leftover groups, padded groups and single tokens, and more rows than
+    /// a tile.
     #[test]
     fn prompt_batches_give_every_token_its_one_row_bits() {
         let (rows, cols) = (40usize, 320usize);
@@ -427,7 +455,10 @@ mod tests {
                 cols,
                 data: &data,
             };
-            for n_tok in [5usize, 16, 37] {
+            // 2, 3, 7 and 23 end in a padded group (alone, paired with a
+            // packed group, paired in an unpacked tile); 5 and 37 in one
+            // single token.
+            for n_tok in [2usize, 3, 5, 7, 16, 23, 37] {
                 let acts = quantize_rows(ty, &x[..n_tok * cols], cols);
                 let mut out = vec![0f32; n_tok * rows];
                 let seq = 0..n_tok;

@@ -516,14 +516,26 @@ mod tests {
                         let four = f4.once(&w, [&a, &rows[0], &rows[1], &rows[2]]);
                         if path == DotPath::VecDot {
                             // Every build of the packed kernel gives these bits.
-                            let mut pre = Vec::new();
-                            (f4.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut pre);
-                            for (k, f) in x86::packed4_kernels(ty).into_iter().enumerate() {
-                                let got = f(&w, [&a, &rows[0], &rows[1], &rows[2]], &pre);
+                            // Every build of the packed kernels gives these
+                            // bits, each on its own activation layout;
+                            // eight rows are the four, then them reversed.
+                            let kernels = x86::packed_kernels(ty);
+                            assert!(!kernels.is_empty(), "{ty}: its packed kernels");
+                            for (k, (prepare, f4b, f8b)) in kernels.into_iter().enumerate() {
+                                let (mut q0, mut q1) = (Vec::new(), Vec::new());
+                                prepare([&a, &rows[0], &rows[1], &rows[2]], &mut q0);
+                                prepare([&rows[2], &rows[1], &rows[0], &a], &mut q1);
+                                let got = f4b(&w, [&a, &rows[0], &rows[1], &rows[2]], &q0);
                                 assert_eq!(
                                     got.map(f32::to_bits),
                                     four.map(f32::to_bits),
                                     "{ty} x4 build #{k} n={n}"
+                                );
+                                let f = four.map(f32::to_bits);
+                                assert_eq!(
+                                    f8b(&w, &q0, &q1).map(f32::to_bits),
+                                    [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]],
+                                    "{ty} x8 build #{k} n={n}"
                                 );
                             }
                         }

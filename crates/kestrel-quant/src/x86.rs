@@ -63,24 +63,33 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         Option<VecDot8Fn>,
         Option<Unpacked8>,
     ) = match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if vnni => (
-            dot4v_q4_1,
-            prepare_q8_1,
-            Some(dot8v_q4_1p),
-            Some(if wide { WIDE_Q4_1 } else { VNNI_Q4_1 }),
+        // The AVX-512 builds share one activation layout across their
+        // packed and unpacked kernels.
+        (DotPath::VecDot, T::Q4_1) if vnni && wide => (
+            wide::dot4p_q4_1,
+            wide::prepare_q4_1,
+            Some(wide::dot8p_q4_1),
+            Some(WIDE_Q4_1),
         ),
-        (DotPath::VecDot, T::Q5_0) if vnni => (
-            dot4v_q5_0,
-            prepare_q8_0,
-            Some(dot8v_q5_0p),
-            Some(if wide { WIDE_Q5_0 } else { VNNI_Q5_0 }),
+        (DotPath::VecDot, T::Q5_0) if vnni && wide => (
+            wide::dot4p_q5_0,
+            wide::prepare_signed,
+            Some(wide::dot8p_q5_0),
+            Some(WIDE_Q5_0),
         ),
-        (DotPath::VecDot, T::Q8_0) if vnni => (
-            dot4v_q8_0,
-            prepare_q8_0,
-            Some(dot8v_q8_0p),
-            wide.then_some(WIDE_Q8_0),
+        (DotPath::VecDot, T::Q8_0) if vnni && wide => (
+            wide::dot4p_q8_0,
+            wide::prepare_signed,
+            Some(wide::dot8p_q8_0),
+            Some(WIDE_Q8_0),
         ),
+        (DotPath::VecDot, T::Q4_1) if vnni => {
+            (dot4v_q4_1, prepare_q8_1, Some(dot8v_q4_1p), Some(VNNI_Q4_1))
+        }
+        (DotPath::VecDot, T::Q5_0) if vnni => {
+            (dot4v_q5_0, prepare_q8_0, Some(dot8v_q5_0p), Some(VNNI_Q5_0))
+        }
+        (DotPath::VecDot, T::Q8_0) if vnni => (dot4v_q8_0, prepare_q8_0, Some(dot8v_q8_0p), None),
         (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1), Some(AVX2_Q4_1)),
         (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0), Some(AVX2_Q5_0)),
         (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
@@ -285,17 +294,39 @@ entry_rows4!(rows4v_q5_0 => vnni Q50);
 entry_rows4!(rows4v_q5_1 => vnni Q51);
 entry_rows4!(rows4v_q8_0 => vnni Q80);
 
-/// Every build of the packed four-token prompt kernel for `ty` this CPU
-/// runs (AVX2's; AVX-VNNI's where detected), for the tests.
+/// A build of a format's packed prompt kernels: the preparation they
+/// read, four tokens, eight tokens.
 #[cfg(test)]
-pub(crate) fn packed4_kernels(ty: T) -> Vec<VecDot4Fn> {
-    let (avx2, vnni): (VecDot4Fn, VecDot4Fn) = match ty {
-        T::Q4_1 => (dot4_q4_1, dot4v_q4_1),
-        T::Q5_0 => (dot4_q5_0, dot4v_q5_0),
-        T::Q8_0 => (dot4_q8_0, dot4v_q8_0),
+pub(crate) type PackedBuild = (Prepare4Fn, VecDot4Fn, VecDot8Fn);
+
+/// Every build of the packed four- and eight-token prompt kernels for
+/// `ty` this CPU runs (AVX2's; AVX-VNNI's and AVX-512's where detected),
+/// each with the preparation it reads, for the tests.
+#[cfg(test)]
+pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
+    let (avx2, vnni, wide): (PackedBuild, PackedBuild, PackedBuild) = match ty {
+        T::Q4_1 => (
+            (prepare_q8_1, dot4_q4_1, dot8_q4_1),
+            (prepare_q8_1, dot4v_q4_1, dot8v_q4_1p),
+            (wide::prepare_q4_1, wide::dot4p_q4_1, wide::dot8p_q4_1),
+        ),
+        T::Q5_0 => (
+            (prepare_q8_0, dot4_q5_0, dot8_q5_0),
+            (prepare_q8_0, dot4v_q5_0, dot8v_q5_0p),
+            (wide::prepare_signed, wide::dot4p_q5_0, wide::dot8p_q5_0),
+        ),
+        T::Q8_0 => (
+            (prepare_q8_0, dot4_q8_0, dot8_q8_0),
+            (prepare_q8_0, dot4v_q8_0, dot8v_q8_0p),
+            (wide::prepare_signed, wide::dot4p_q8_0, wide::dot8p_q8_0),
+        ),
         _ => return Vec::new(),
     };
-    builds(avx2, vnni)
+    let mut all = builds(avx2, vnni);
+    if crate::simd::vnni_available() && wide::available() {
+        all.push(wide);
+    }
+    all
 }
 
 /// Every build of the four-row decode kernel for `ty` this CPU runs

@@ -1,7 +1,7 @@
-//! AVX-512 builds of the prompt kernels on unpacked legacy rows (Q4_1,
-//! Q5_0): one 512-bit register holds two tokens' eight lanes, so each
-//! instruction serves two tokens where the AVX2 build spends one per
-//! token. Each half runs exactly the AVX2 kernel's f32 steps for its token
+//! AVX-512 builds of the legacy formats' several-token kernels (Q4_1,
+//! Q5_0, Q8_0; four or eight tokens, on packed or unpacked rows): one
+//! 512-bit register holds two tokens' eight lanes, so each instruction
+//! serves two tokens where the AVX2 build spends one per token. Each half runs exactly the AVX2 kernel's f32 steps for its token
 //! (the same lanes, the same products, the same fused adds in the same
 //! order), so the results are the same bits; the lib.rs test holds every
 //! build to the portable kernel.
@@ -105,12 +105,14 @@ fn unpack_signed<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
         let q = unsafe { F::unpack(bw) };
         // SAFETY: chunk i is in bounds (resized above) and 32-aligned.
         unsafe { _mm256_store_si256(out.as_mut_ptr().add(i) as *mut __m256i, q) };
-        let sums = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-            _mm256_set1_epi16(-128),
-        );
-        // SAFETY: chunk blocks + i is in bounds and 32-aligned.
-        unsafe { _mm256_store_si256(out.as_mut_ptr().add(blocks + i) as *mut __m256i, sums) };
+        // SAFETY: AVX2 is enabled here; chunk blocks + i is in bounds
+        // (resized above) and 32-aligned.
+        unsafe {
+            _mm256_store_si256(
+                out.as_mut_ptr().add(blocks + i) as *mut __m256i,
+                start_lanes(q),
+            )
+        };
         let (d, m) = f16x2_at(bw, 0);
         let at = 8 * (i % 4);
         let chunk = &mut out[2 * blocks + i / 4].0;
@@ -129,21 +131,119 @@ pub(crate) fn unpack_q8_0(w: &[u8], out: &mut Vec<Chunk32>) {
     unsafe { unpack_signed::<Q80>(w, out) }
 }
 
-/// Eight tokens (two prepared groups) against one unpacked row. For the
-/// signed formats the row is `unpack_signed`'s; for Q4_1
-/// `super::unpack_legacy`'s.
+/// Where a kernel takes block `i` of its weight row from: the quants as
+/// bytes (signed for the signed formats), each lane's start (-128 x the
+/// sum of its four weights for the signed formats, else 0) and (d, m).
+trait WideRow {
+    fn blocks(&self) -> usize;
+    /// The caller keeps `i < self.blocks()` and enables AVX2 and AVX-512.
+    unsafe fn block(&self, i: usize) -> (__m256i, __m256i, f32, f32);
+}
+
+/// A row unpacked beforehand (`unpack_signed`, or for Q4_1
+/// `super::unpack_legacy`).
+struct Unpacked<'a, F> {
+    uw: &'a [Chunk32],
+    blocks: usize,
+    format: std::marker::PhantomData<F>,
+}
+
+impl<'a, F: Legacy> Unpacked<'a, F> {
+    fn new(uw: &'a [Chunk32]) -> Self {
+        // B quant chunks (+ B start chunks when signed) + ceil(B/4).
+        let blocks = if F::SIGNED {
+            uw.len() * 4 / 9
+        } else {
+            uw.len() * 4 / 5
+        };
+        let scales_at = if F::SIGNED { 2 * blocks } else { blocks };
+        // One check stands for the raw reads in `block`.
+        assert!(uw.len() >= scales_at + blocks.div_ceil(4), "unpacked row");
+        Unpacked {
+            uw,
+            blocks,
+            format: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: Legacy> WideRow for Unpacked<'_, F> {
+    fn blocks(&self) -> usize {
+        self.blocks
+    }
+    #[inline(always)]
+    unsafe fn block(&self, i: usize) -> (__m256i, __m256i, f32, f32) {
+        let blocks = self.blocks;
+        let p = self.uw.as_ptr();
+        // SAFETY: chunks i, blocks + i and the scale chunk are within the
+        // length checked in `new`; chunks are 32-aligned.
+        unsafe {
+            let q = _mm256_load_si256(p.add(i) as *const __m256i);
+            let (start, scales_at) = if F::SIGNED {
+                (
+                    _mm256_load_si256(p.add(blocks + i) as *const __m256i),
+                    2 * blocks,
+                )
+            } else {
+                (_mm256_setzero_si256(), blocks)
+            };
+            let scales = p.add(scales_at + i / 4) as *const f32;
+            (
+                q,
+                start,
+                *scales.add(2 * (i % 4)),
+                *scales.add(2 * (i % 4) + 1),
+            )
+        }
+    }
+}
+
+/// A row as the GGUF file has it, each block unpacked as it is reached
+/// (fewer tokens than pay for unpacking the row first).
+struct Packed<'a, F> {
+    w: &'a [u8],
+    format: std::marker::PhantomData<F>,
+}
+
+impl<F: Legacy> WideRow for Packed<'_, F> {
+    fn blocks(&self) -> usize {
+        self.w.len() / F::WB
+    }
+    #[inline(always)]
+    unsafe fn block(&self, i: usize) -> (__m256i, __m256i, f32, f32) {
+        let bw = &self.w[i * F::WB..(i + 1) * F::WB];
+        // SAFETY: the block is whole; AVX2 is enabled in every caller.
+        unsafe {
+            let q = F::unpack(bw);
+            let start = if F::SIGNED {
+                start_lanes(q)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let (d, m) = f16x2_at(bw, 0);
+            (q, start, d, m)
+        }
+    }
+}
+
+/// -128 x the sum of each lane's four signed weights.
 #[inline(always)]
-unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
-    // Rows hold B quant chunks (+ B offset chunks for Q5_0) + ceil(B/4).
-    let blocks = if F::SIGNED {
-        uw.len() * 4 / 9
-    } else {
-        uw.len() * 4 / 5
-    };
-    let scales_at = if F::SIGNED { 2 * blocks } else { blocks };
+unsafe fn start_lanes(q: __m256i) -> __m256i {
+    // SAFETY: AVX2 is enabled in every caller.
+    unsafe {
+        _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+            _mm256_set1_epi16(-128),
+        )
+    }
+}
+
+/// `G` groups of four tokens against one weight row.
+#[inline(always)]
+unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
+    let blocks = w.blocks();
     let per_block = 2 * units::<F>();
-    // One check each stands for the raw reads in the loop.
-    assert!(uw.len() >= scales_at + blocks.div_ceil(4), "unpacked row");
+    // One check stands for the raw reads in the loop.
     assert!(
         pre.iter().all(|p| p.len() > blocks * per_block),
         "prepared activations"
@@ -152,25 +252,17 @@ unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
         // SAFETY: within the prepared buffer (its 64-aligned part).
         unsafe { p.as_ptr().add(start(p)) as *const u8 }
     });
-    let mut acc = [[_mm512_setzero_ps(); 2]; 2];
-    let mut summs = [_mm_setzero_ps(); 2];
+    let mut acc = [[_mm512_setzero_ps(); 2]; G];
+    let mut summs = [_mm_setzero_ps(); G];
     for i in 0..blocks {
-        // SAFETY: every read below is within the lengths checked above;
-        // activation units are 64-aligned, row chunks 32-aligned.
+        // SAFETY: i < blocks; every activation read below is within the
+        // length checked above, in 64-aligned units.
         unsafe {
-            let q = _mm512_broadcast_i64x4(_mm256_load_si256(uw.as_ptr().add(i) as *const __m256i));
-            let start_lanes = if F::SIGNED {
-                _mm512_broadcast_i64x4(_mm256_load_si256(
-                    uw.as_ptr().add(blocks + i) as *const __m256i
-                ))
-            } else {
-                _mm512_setzero_si512()
-            };
-            let scales = uw.as_ptr().add(scales_at + i / 4) as *const f32;
-            let dw = *scales.add(2 * (i % 4));
-            let mw = *scales.add(2 * (i % 4) + 1);
+            let (q, start_lanes, dw, mw) = w.block(i);
+            let q = _mm512_broadcast_i64x4(q);
+            let start_lanes = _mm512_broadcast_i64x4(start_lanes);
             let dw16 = _mm512_set1_ps(dw);
-            for g in 0..2 {
+            for g in 0..G {
                 let unit = |k: usize| base[g].add((i * units::<F>() + k) * 64);
                 if !F::SIGNED {
                     summs[g] = _mm_fmadd_ps(
@@ -192,8 +284,8 @@ unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
             }
         }
     }
-    let mut out = [0f32; 8];
-    for g in 0..2 {
+    let mut out = [[0f32; 4]; G];
+    for g in 0..G {
         let mut sm = [0f32; 4];
         // SAFETY: sm holds 4 floats.
         unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[g]) };
@@ -203,9 +295,9 @@ unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
             for (k, half) in [lo, hi].into_iter().enumerate() {
                 let t = 2 * h + k;
                 // SAFETY: AVX2 is enabled in every caller.
-                out[4 * g + t] = unsafe { hsum_ps(half) };
+                out[g][t] = unsafe { hsum_ps(half) };
                 if !F::SIGNED {
-                    out[4 * g + t] += sm[t];
+                    out[g][t] += sm[t];
                 }
             }
         }
@@ -213,20 +305,51 @@ unsafe fn dot8<F: Legacy>(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
     out
 }
 
-macro_rules! wide_entry {
-    ($name:ident, $f:ty) => {
-        pub(crate) fn $name(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+/// The entries of one format: eight tokens on an unpacked row, and four
+/// or eight on a packed one.
+macro_rules! wide_entries {
+    ($f:ty, $unpacked8:ident, $packed4:ident, $packed8:ident) => {
+        pub(crate) fn $unpacked8(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn body(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [f32; 8] {
-                unsafe { dot8::<$f>(uw, pre) }
+            unsafe fn body(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                unsafe { dotw::<$f, _, 2>(Unpacked::<$f>::new(uw), pre) }
             }
             // SAFETY: handed out only after `available()` confirmed the
             // features.
-            unsafe { body(uw, [pre0, pre1]) }
+            let [a, b] = unsafe { body(uw, [pre0, pre1]) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        }
+
+        pub(crate) fn $packed4(w: &[u8], _a: [&[u8]; 4], pre: &[Chunk32]) -> [f32; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(w: &[u8], pre: [&[Chunk32]; 1]) -> [[f32; 4]; 1] {
+                let w = Packed::<$f> {
+                    w,
+                    format: std::marker::PhantomData,
+                };
+                unsafe { dotw::<$f, _, 1>(w, pre) }
+            }
+            // SAFETY: as above.
+            let [out] = unsafe { body(w, [pre]) };
+            out
+        }
+
+        pub(crate) fn $packed8(w: &[u8], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(w: &[u8], pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
+                let w = Packed::<$f> {
+                    w,
+                    format: std::marker::PhantomData,
+                };
+                unsafe { dotw::<$f, _, 2>(w, pre) }
+            }
+            // SAFETY: as above.
+            let [a, b] = unsafe { body(w, [pre0, pre1]) };
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
         }
     };
 }
 
-wide_entry!(dot8_q4_1, Q41);
-wide_entry!(dot8_q5_0, Q50);
-wide_entry!(dot8_q8_0, Q80);
+wide_entries!(Q41, dot8_q4_1, dot4p_q4_1, dot8p_q4_1);
+wide_entries!(Q50, dot8_q5_0, dot4p_q5_0, dot8p_q5_0);
+wide_entries!(Q80, dot8_q8_0, dot4p_q8_0, dot8p_q8_0);
