@@ -329,11 +329,17 @@ fn attend_tiled(
         let t0 = qt * KV_TILE;
         let t1 = (t0 + KV_TILE).min(n_tok);
         #[cfg(target_arch = "x86_64")]
+        if kestrel_quant::avx512_in_use() {
+            // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL
+            // (checked just above).
+            return unsafe { tile_avx512(s, q, kc, vc, pos0, h, t0, t1) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if kestrel_quant::avx2_in_use() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             return unsafe { tile_avx2(s, q, kc, vc, pos0, h, t0, t1) };
         }
-        tile(s, q, kc, vc, pos0, h, t0, t1)
+        tile::<2>(s, q, kc, vc, pos0, h, t0, t1)
     };
     let parts: Vec<Vec<f32>> =
         pool.install(|| (0..s.n_head * n_qt).into_par_iter().map(task).collect());
@@ -363,13 +369,34 @@ unsafe fn tile_avx2(
     t0: usize,
     t1: usize,
 ) -> Vec<f32> {
-    tile(s, q, kc, vc, pos0, h, t0, t1)
+    tile::<2>(s, q, kc, vc, pos0, h, t0, t1)
+}
+
+/// [`tile`] with AVX-512, query rows four at a time: each K and V tile
+/// element loaded (from L2: the tiles outgrow L1 at large head sizes)
+/// serves four rows' chains instead of two; AVX-512's 32 registers hold
+/// the four rows' sums. Every element's operations are unchanged.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_avx512(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    h: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
+    tile::<4>(s, q, kc, vc, pos0, h, t0, t1)
 }
 
 /// Query rows t0..t1 of head `h`; returns (t1 - t0) rows of head_dim_v.
+/// Rows go `ROWS` at a time (2 or 4) through the score and value loops.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile(
+fn tile<const ROWS: usize>(
     s: &AttnShape,
     q: &[f32],
     kc: &[u16],
@@ -392,7 +419,7 @@ fn tile(
     let mut kt = vec![0f32; dk * KV_TILE];
     let mut vt = vec![0f32; KV_TILE * dv];
     let mut krow = vec![0f32; dk];
-    let mut kq2 = [[0f32; KV_TILE]; 2];
+    let mut kq4 = [[0f32; KV_TILE]; 4];
     let last = pos0 + t1 - 1;
     for ic in (0..=last).step_by(KV_TILE) {
         let n_k = KV_TILE.min(last + 1 - ic);
@@ -417,18 +444,26 @@ fn tile(
         // element still sees the same operations in the same order.
         let mut r = 0;
         while r < rows {
-            let n = if r + 1 < rows { 2 } else { 1 };
+            let n = if ROWS == 4 && r + 3 < rows {
+                4
+            } else if r + 1 < rows {
+                2
+            } else {
+                1
+            };
             let qrow = |i: usize| {
                 let t = t0 + r + i;
                 &q[t * q_w + h * dk..t * q_w + (h + 1) * dk]
             };
-            if n == 2 {
-                let [k0, k1] = &mut kq2;
+            if n == 4 {
+                qk_quad(&kt, [qrow(0), qrow(1), qrow(2), qrow(3)], &mut kq4);
+            } else if n == 2 {
+                let [k0, k1, ..] = &mut kq4;
                 qk_pair(&kt, qrow(0), qrow(1), k0, k1);
             } else {
-                qk_one(&kt, qrow(0), &mut kq2[0]);
+                qk_one(&kt, qrow(0), &mut kq4[0]);
             }
-            let mut active = [false; 2];
+            let mut active = [false; 4];
             for i in 0..n {
                 let row = r + i;
                 let p = pos0 + t0 + row;
@@ -437,7 +472,7 @@ fn tile(
                 } else {
                     0
                 };
-                let kq = &mut kq2[i];
+                let kq = &mut kq4[i];
                 for (tk, a) in kq.iter_mut().enumerate() {
                     let j = ic + tk;
                     *a = if tk < n_k && j >= lo && j <= p {
@@ -466,14 +501,18 @@ fn tile(
                 }
                 sum[row] = (f64::from(sum[row]) + total) as f32;
             }
-            if active == [true, true] {
+            if n == 4 && active == [true; 4] {
+                let mut rows4 = out[r * dv..(r + 4) * dv].chunks_exact_mut(dv);
+                let acc = [(); 4].map(|_| rows4.next().expect("four rows"));
+                pv_quad(&vt, dv, &kq4, acc);
+            } else if n == 2 && active[..2] == [true, true] {
                 let (a0, a1) = out[r * dv..(r + 2) * dv].split_at_mut(dv);
-                pv_pair(&vt, dv, &kq2[0], &kq2[1], a0, a1);
+                pv_pair(&vt, dv, &kq4[0], &kq4[1], a0, a1);
             } else {
                 for i in 0..n {
                     if active[i] {
                         let row = r + i;
-                        pv_one(&vt, dv, &kq2[i], &mut out[row * dv..(row + 1) * dv]);
+                        pv_one(&vt, dv, &kq4[i], &mut out[row * dv..(row + 1) * dv]);
                     }
                 }
             }
@@ -517,6 +556,69 @@ fn qk_pair(kt: &[f32], q0: &[f32], q1: &[f32], kq0: &mut [f32; KV_TILE], kq1: &m
         }
         kq0[HALF * half..HALF * (half + 1)].copy_from_slice(&a0);
         kq1[HALF * half..HALF * (half + 1)].copy_from_slice(&a1);
+    }
+}
+
+/// [`qk_one`] for four rows, keys in halves of 32 (four named sums, in
+/// [`qk_pair`]'s shape, which LLVM keeps in registers).
+#[inline(always)]
+fn qk_quad(kt: &[f32], q: [&[f32]; 4], kq: &mut [[f32; KV_TILE]; 4]) {
+    const HALF: usize = KV_TILE / 2;
+    let [q0, q1, q2, q3] = q;
+    for half in 0..2 {
+        let (mut a0, mut a1, mut a2, mut a3) =
+            ([0f32; HALF], [0f32; HALF], [0f32; HALF], [0f32; HALF]);
+        for (d, (((&x0, &x1), &x2), &x3)) in q0.iter().zip(q1).zip(q2).zip(q3).enumerate() {
+            let at = d * KV_TILE + HALF * half;
+            let kd: &[f32; HALF] = kt[at..at + HALF].try_into().expect("32 keys");
+            for i in 0..HALF {
+                let k = kd[i];
+                a0[i] = k.mul_add(x0, a0[i]);
+                a1[i] = k.mul_add(x1, a1[i]);
+                a2[i] = k.mul_add(x2, a2[i]);
+                a3[i] = k.mul_add(x3, a3[i]);
+            }
+        }
+        for (kqr, ar) in kq.iter_mut().zip([&a0, &a1, &a2, &a3]) {
+            kqr[HALF * half..HALF * (half + 1)].copy_from_slice(ar);
+        }
+    }
+}
+
+/// [`pv_one`] for four rows, 32 dimensions at a time for all four.
+#[inline(always)]
+fn pv_quad(vt: &[f32], dv: usize, w: &[[f32; KV_TILE]; 4], acc: [&mut [f32]; 4]) {
+    let [acc0, acc1, acc2, acc3] = acc;
+    let [w0, w1, w2, w3] = w;
+    let wide = dv / 32 * 32;
+    for c in (0..wide).step_by(32) {
+        let mut a0: [f32; 32] = acc0[c..c + 32].try_into().expect("32");
+        let mut a1: [f32; 32] = acc1[c..c + 32].try_into().expect("32");
+        let mut a2: [f32; 32] = acc2[c..c + 32].try_into().expect("32");
+        let mut a3: [f32; 32] = acc3[c..c + 32].try_into().expect("32");
+        for tk in 0..KV_TILE {
+            let at = tk * dv + c;
+            let v: &[f32; 32] = vt[at..at + 32].try_into().expect("32 values");
+            let (u0, u1, u2, u3) = (w0[tk], w1[tk], w2[tk], w3[tk]);
+            for i in 0..32 {
+                a0[i] = v[i].mul_add(u0, a0[i]);
+                a1[i] = v[i].mul_add(u1, a1[i]);
+                a2[i] = v[i].mul_add(u2, a2[i]);
+                a3[i] = v[i].mul_add(u3, a3[i]);
+            }
+        }
+        acc0[c..c + 32].copy_from_slice(&a0);
+        acc1[c..c + 32].copy_from_slice(&a1);
+        acc2[c..c + 32].copy_from_slice(&a2);
+        acc3[c..c + 32].copy_from_slice(&a3);
+    }
+    for (accr, wr) in [acc0, acc1, acc2, acc3].into_iter().zip(w) {
+        for (tk, &u) in wr.iter().enumerate() {
+            let vrow = &vt[tk * dv + wide..(tk + 1) * dv];
+            for (x, &v) in accr[wide..].iter_mut().zip(vrow) {
+                *x = v.mul_add(u, *x);
+            }
+        }
     }
 }
 
@@ -752,8 +854,9 @@ mod tests {
         }
     }
 
-    /// The tiled path compiled with AVX2 against the portable build of the
-    /// same code (row pairs, a leftover row, masked rows, windows, a head
+    /// The tiled path compiled with AVX2 (and with AVX-512, rows four at a
+    /// time, where the CPU has it) against the portable build of the same
+    /// code (row pairs, a leftover row, masked rows, windows, a head
     /// size with a tail past the 32- and 64-wide blocks), bit for bit.
     #[test]
     fn avx2_tiles_equal_portable_bit_for_bit() {
@@ -794,13 +897,22 @@ mod tests {
                     let t1 = (t0 + KV_TILE).min(n_tok);
                     // SAFETY: AVX2, FMA and F16C were detected above.
                     let a = unsafe { tile_avx2(&s, &q, &kc, &vc, pos0, h, t0, t1) };
-                    let b = tile(&s, &q, &kc, &vc, pos0, h, t0, t1);
+                    let b = tile::<2>(&s, &q, &kc, &vc, pos0, h, t0, t1);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&a),
                         bits(&b),
                         "dim {dim} window {window} h {h} t0 {t0}"
                     );
+                    // Four rows at a time: portable, and with AVX-512 where
+                    // the CPU has it.
+                    let c = tile::<4>(&s, &q, &kc, &vc, pos0, h, t0, t1);
+                    assert_eq!(bits(&c), bits(&b), "quads: dim {dim} h {h} t0 {t0}");
+                    if kestrel_quant::avx512_in_use() {
+                        // SAFETY: AVX-512 F/BW/VL were detected.
+                        let e = unsafe { tile_avx512(&s, &q, &kc, &vc, pos0, h, t0, t1) };
+                        assert_eq!(bits(&e), bits(&b), "AVX-512: dim {dim} h {h} t0 {t0}");
+                    }
                 }
             }
         }

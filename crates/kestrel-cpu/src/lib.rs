@@ -560,9 +560,11 @@ impl CpuModel {
                 }
             }
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q.chunks_exact_mut(hd_k)
+                q.par_chunks_exact_mut(hd_k)
+                    .with_min_len(PAR_ROWS)
                     .for_each(|hd| ops::rms_norm_inplace(hd, qn, hp.rms_eps));
-                k.chunks_exact_mut(hd_k)
+                k.par_chunks_exact_mut(hd_k)
+                    .with_min_len(PAR_ROWS)
                     .for_each(|hd| ops::rms_norm_inplace(hd, kn, hp.rms_eps));
             }
             prof.tock(t0, "norm, bias", 0);
@@ -646,7 +648,8 @@ impl CpuModel {
                 }
             }
             if let Some(pn) = &layer.post_attn_norm {
-                o.chunks_exact_mut(e)
+                o.par_chunks_exact_mut(e)
+                    .with_min_len(PAR_ROWS)
                     .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -685,7 +688,8 @@ impl CpuModel {
             let mut d = self.mm(&layer.ffn_down, &act, &spans);
             let t0 = prof.tick();
             if let Some(pn) = &layer.post_ffn_norm {
-                d.chunks_exact_mut(e)
+                d.par_chunks_exact_mut(e)
+                    .with_min_len(PAR_ROWS)
                     .for_each(|r| ops::rms_norm_inplace(r, pn, hp.rms_eps));
             }
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
