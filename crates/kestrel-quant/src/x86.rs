@@ -236,6 +236,7 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
     Some(match (path, ty) {
         (DotPath::VecDot, T::Q4_0) if vnni => rows4v_q4_0,
         (DotPath::VecDot, T::Q4_1) if vnni => rows4v_q4_1,
+        (DotPath::VecDot, T::Q5_0) if vnni && wide::available() => rows4w_q5_0,
         (DotPath::VecDot, T::Q5_0) if vnni => rows4v_q5_0,
         (DotPath::VecDot, T::Q5_1) if vnni => rows4v_q5_1,
         (DotPath::VecDot, T::Q8_0) if vnni => rows4v_q8_0,
@@ -294,6 +295,17 @@ entry_rows4!(rows4v_q5_0 => vnni Q50);
 entry_rows4!(rows4v_q5_1 => vnni Q51);
 entry_rows4!(rows4v_q8_0 => vnni Q80);
 
+/// Q5_0's four-row decode kernel with AVX-512 BW/VL masks (`Q50Bw`).
+fn rows4w_q5_0(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni,avx512f,avx512bw,avx512vl")]
+    unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        unsafe { legacy_rows::<Q50Bw, VnniLanes, 4>(rows, a) }
+    }
+    // SAFETY: `rows4_dot` hands this out only after `vnni_available()`
+    // (AVX2, FMA, F16C, AVX-VNNI) and `wide::available()` (AVX-512).
+    unsafe { body(rows, a) }
+}
+
 /// A build of a format's packed prompt kernels: the preparation they
 /// read, four tokens, eight tokens.
 #[cfg(test)]
@@ -341,7 +353,11 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
         T::Q8_0 => (rows4_q8_0, rows4v_q8_0),
         _ => return Vec::new(),
     };
-    builds(avx2, vnni)
+    let mut all = builds(avx2, vnni);
+    if ty == T::Q5_0 && crate::simd::vnni_available() && wide::available() {
+        all.push(rows4w_q5_0);
+    }
+    all
 }
 
 /// Declares a safe entry point for an AVX2 kernel body.
@@ -677,6 +693,35 @@ impl Legacy for Q50 {
     #[inline(always)]
     unsafe fn unpack_codes(bw: &[u8]) -> __m256i {
         unsafe { _mm256_or_si256(nibbles32(bw, 6), fifth_bits(qh_at(bw, 2))) }
+    }
+}
+
+/// Q5_0 for CPUs with AVX-512 BW/VL: the fifth bits go in with one
+/// masked add of 16 (the nibbles are below 16), `qh` itself the mask,
+/// instead of a byte shuffle, an and, a compare and another and. Same
+/// bytes.
+pub(crate) struct Q50Bw;
+
+impl Legacy for Q50Bw {
+    const WB: usize = 22;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(bw: &[u8]) -> __m256i {
+        // SAFETY: as `unpack_codes`.
+        unsafe {
+            let nib = nibbles32(bw, 6);
+            _mm256_mask_sub_epi8(nib, !qh_at(bw, 2), nib, _mm256_set1_epi8(0x10))
+        }
+    }
+    const OFFSET: i8 = 16;
+    #[inline(always)]
+    unsafe fn unpack_codes(bw: &[u8]) -> __m256i {
+        // SAFETY: AVX-512 BW/VL are enabled in every caller (the entries
+        // that use this format, handed out after they were detected).
+        unsafe {
+            let nib = nibbles32(bw, 6);
+            _mm256_mask_add_epi8(nib, qh_at(bw, 2), nib, _mm256_set1_epi8(0x10))
+        }
     }
 }
 

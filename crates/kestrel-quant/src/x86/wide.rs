@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16x2_at, hsum_ps, Legacy, Q41, Q50, Q80};
+use super::{f16x2_at, hsum_ps, Legacy, Q50Bw, Q41, Q50, Q80};
 use crate::Chunk32;
 
 /// Whether this CPU runs the kernels here (checked once). They are used
@@ -95,7 +95,7 @@ pub(crate) fn prepare_signed(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
 /// chunks of lane offsets (-128 x the sum of each lane's four weights),
 /// then the (d, m) pairs four blocks to a chunk, as `super::unpack_legacy`
 /// has them.
-#[target_feature(enable = "avx2,fma,f16c")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 fn unpack_signed<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
     let blocks = w.len() / F::WB;
     out.clear();
@@ -123,7 +123,7 @@ fn unpack_signed<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
 
 pub(crate) fn unpack_q5_0(w: &[u8], out: &mut Vec<Chunk32>) {
     // SAFETY: handed out only after `available()` (which implies AVX2).
-    unsafe { unpack_signed::<Q50>(w, out) }
+    unsafe { unpack_signed::<Q50Bw>(w, out) }
 }
 
 pub(crate) fn unpack_q8_0(w: &[u8], out: &mut Vec<Chunk32>) {
@@ -351,5 +351,6 @@ macro_rules! wide_entries {
 }
 
 wide_entries!(Q41, dot8_q4_1, dot4p_q4_1, dot8p_q4_1);
-wide_entries!(Q50, dot8_q5_0, dot4p_q5_0, dot8p_q5_0);
+// Q5_0 through its AVX-512 unpacking (`Q50Bw`: the fifth bits by mask).
+wide_entries!(Q50Bw, dot8_q5_0, dot4p_q5_0, dot8p_q5_0);
 wide_entries!(Q80, dot8_q8_0, dot4p_q8_0, dot8p_q8_0);
