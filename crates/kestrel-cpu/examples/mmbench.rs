@@ -23,14 +23,10 @@ fn main() {
     }
     for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
         let (rows, cols) = (65536usize, 576usize);
-        let rb = ty.row_bytes(cols as u64).unwrap() as usize;
-        let mut data = vec![0u8; rb * rows];
         let row: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();
-        for r in 0..rows {
-            quantize_row(ty, &row, &mut data[r * rb..(r + 1) * rb]);
-        }
+        let data = quantized(ty, rows, cols, |_| row.clone());
         let w = MatRef {
             ty,
             rows,
@@ -64,8 +60,6 @@ fn prefill(pool: &rayon::ThreadPool) {
     let n_tok = 128;
     for ty in [GgmlType::Q5_0, GgmlType::Q4_1] {
         for (rows, cols) in [(4864usize, 896usize), (896, 4864)] {
-            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
-            let mut data = vec![0u8; rb * rows];
             let mut s = 7u32;
             let mut rnd = move || {
                 s ^= s << 13;
@@ -73,10 +67,7 @@ fn prefill(pool: &rayon::ThreadPool) {
                 s ^= s << 5;
                 (s as f32 / u32::MAX as f32) - 0.5
             };
-            for r in 0..rows {
-                let row: Vec<f32> = (0..cols).map(|_| rnd()).collect();
-                quantize_row(ty, &row, &mut data[r * rb..(r + 1) * rb]);
-            }
+            let data = quantized(ty, rows, cols, |_| (0..cols).map(|_| rnd()).collect());
             let w = MatRef {
                 ty,
                 rows,
@@ -99,4 +90,19 @@ fn prefill(pool: &rayon::ThreadPool) {
             );
         }
     }
+}
+
+/// A `rows` x `cols` matrix of `ty`, row r quantized from `row(r)`.
+fn quantized(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    mut row: impl FnMut(usize) -> Vec<f32>,
+) -> Vec<u8> {
+    let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+    let mut data = vec![0u8; rb * rows];
+    for r in 0..rows {
+        quantize_row(ty, &row(r), &mut data[r * rb..(r + 1) * rb]);
+    }
+    data
 }

@@ -354,43 +354,46 @@ fn attend_tiled(
     out
 }
 
-/// [`tile`] compiled with AVX2/FMA, so its fused multiply-adds are
-/// instructions and its loops over keys and dimensions vectorize.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_avx2(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    pos0: usize,
-    h: usize,
-    t0: usize,
-    t1: usize,
-) -> Vec<f32> {
-    tile::<2>(s, q, kc, vc, pos0, h, t0, t1)
+/// A build of [`tile`] with `$features` enabled and `$rows` query rows per
+/// pass.
+macro_rules! tile_build {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $rows:literal) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            s: &AttnShape,
+            q: &[f32],
+            kc: &[u16],
+            vc: &[u16],
+            pos0: usize,
+            h: usize,
+            t0: usize,
+            t1: usize,
+        ) -> Vec<f32> {
+            tile::<$rows>(s, q, kc, vc, pos0, h, t0, t1)
+        }
+    };
 }
 
-/// [`tile`] with AVX-512, query rows four at a time: each K and V tile
-/// element loaded (from L2: the tiles outgrow L1 at large head sizes)
-/// serves four rows' chains instead of two; AVX-512's 32 registers hold
-/// the four rows' sums. Every element's operations are unchanged.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_avx512(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    pos0: usize,
-    h: usize,
-    t0: usize,
-    t1: usize,
-) -> Vec<f32> {
-    tile::<4>(s, q, kc, vc, pos0, h, t0, t1)
-}
+tile_build!(
+    /// [`tile`] compiled with AVX2/FMA, so its fused multiply-adds are
+    /// instructions and its loops over keys and dimensions vectorize.
+    tile_avx2,
+    "avx2,fma,f16c",
+    2
+);
+
+tile_build!(
+    /// [`tile`] with AVX-512, query rows four at a time: each K and V tile
+    /// element loaded (from L2: the tiles outgrow L1 at large head sizes)
+    /// serves four rows' chains instead of two; AVX-512's 32 registers hold
+    /// the four rows' sums. Every element's operations are unchanged.
+    tile_avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    4
+);
 
 /// Query rows t0..t1 of head `h`; returns (t1 - t0) rows of head_dim_v.
 /// Rows go `ROWS` at a time (2 or 4) through the score and value loops.
