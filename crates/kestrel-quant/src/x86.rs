@@ -65,19 +65,19 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
     ) = match (path, ty) {
         // The AVX-512 builds share one activation layout across their
         // packed and unpacked kernels.
-        (DotPath::VecDot, T::Q4_1) if vnni && wide => (
+        (DotPath::VecDot, T::Q4_1) if wide => (
             wide::dot4p_q4_1,
             wide::prepare_q4_1,
             Some(wide::dot8p_q4_1),
             Some(WIDE_Q4_1),
         ),
-        (DotPath::VecDot, T::Q5_0) if vnni && wide => (
+        (DotPath::VecDot, T::Q5_0) if wide => (
             wide::dot4p_q5_0,
             wide::prepare_signed,
             Some(wide::dot8p_q5_0),
             Some(WIDE_Q5_0),
         ),
-        (DotPath::VecDot, T::Q8_0) if vnni && wide => (
+        (DotPath::VecDot, T::Q8_0) if wide => (
             wide::dot4p_q8_0,
             wide::prepare_signed,
             Some(wide::dot8p_q8_0),
@@ -236,7 +236,7 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
     Some(match (path, ty) {
         (DotPath::VecDot, T::Q4_0) if vnni => rows4v_q4_0,
         (DotPath::VecDot, T::Q4_1) if vnni => rows4v_q4_1,
-        (DotPath::VecDot, T::Q5_0) if vnni && wide::available() => rows4w_q5_0,
+        (DotPath::VecDot, T::Q5_0) if wide::available() => rows4w_q5_0,
         (DotPath::VecDot, T::Q5_0) if vnni => rows4v_q5_0,
         (DotPath::VecDot, T::Q5_1) if vnni => rows4v_q5_1,
         (DotPath::VecDot, T::Q8_0) if vnni => rows4v_q8_0,
@@ -301,8 +301,8 @@ fn rows4w_q5_0(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
         unsafe { legacy_rows::<Q50Bw, VnniLanes, 4>(rows, a) }
     }
-    // SAFETY: `rows4_dot` hands this out only after `vnni_available()`
-    // (AVX2, FMA, F16C, AVX-VNNI) and `wide::available()` (AVX-512).
+    // SAFETY: `rows4_dot` hands this out only after `wide::available()`
+    // (AVX2, FMA, F16C, AVX-VNNI and AVX-512).
     unsafe { body(rows, a) }
 }
 
@@ -335,7 +335,7 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
         _ => return Vec::new(),
     };
     let mut all = builds(avx2, vnni);
-    if crate::simd::vnni_available() && wide::available() {
+    if wide::available() {
         all.push(wide);
     }
     all
@@ -354,7 +354,7 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
         _ => return Vec::new(),
     };
     let mut all = builds(avx2, vnni);
-    if ty == T::Q5_0 && crate::simd::vnni_available() && wide::available() {
+    if ty == T::Q5_0 && wide::available() {
         all.push(rows4w_q5_0);
     }
     all

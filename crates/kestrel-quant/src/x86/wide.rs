@@ -20,14 +20,14 @@ use std::arch::x86_64::*;
 use super::{f16x2_at, hsum_ps, Legacy, Q50Bw, Q41, Q50, Q80};
 use crate::Chunk32;
 
-/// Whether this CPU runs the kernels here (checked once). They are used
-/// only where AVX-VNNI's builds would be (`KESTREL_NO_VNNI=1` turns both
-/// off); `KESTREL_NO_AVX512=1` turns off just these, for comparison.
+/// Whether this CPU runs the kernels here (checked once): only on top of
+/// the AVX-VNNI builds (`simd::vnni_available`, so `KESTREL_NO_VNNI=1`
+/// turns both off; the four-row Q5_0 decode kernel takes VEX lane sums);
+/// `KESTREL_NO_AVX512=1` turns off just these, for comparison.
 pub(crate) fn available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        crate::simd::avx2_available()
-            && std::env::var_os("KESTREL_NO_VNNI").is_none_or(|v| v != "1")
+        crate::simd::vnni_available()
             && std::env::var_os("KESTREL_NO_AVX512").is_none_or(|v| v != "1")
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
