@@ -1198,6 +1198,20 @@ unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum_ps(acc) }
 }
 
+/// Blocks ahead that the several-row Q6_K kernel asks for.
+const Q6K_PREFETCH: usize = 2;
+
+/// Asks for the cache lines of `len` bytes at `at` in `row` (past its end is
+/// allowed: a prefetch never faults, and the address is never dereferenced).
+#[inline(always)]
+fn prefetch_block(row: &[u8], at: usize, len: usize) {
+    let p = row.as_ptr().wrapping_add(at);
+    for off in (0..len).step_by(64).chain([len - 1]) {
+        // SAFETY: a prefetch hint does not access memory architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
+    }
+}
+
 /// `q6_k_vec_dot` of `N` rows at once (see [`crate::VecDotRows4Fn`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1207,6 +1221,9 @@ unsafe fn q6_k_vec_dot_rows<const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32;
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, ba) in a.chunks_exact(Q8K).enumerate() {
         for (r, acc) in acc.iter_mut().enumerate() {
+            if N >= 4 {
+                prefetch_block(rows[r], (i + Q6K_PREFETCH) * Q6K, Q6K);
+            }
             unsafe { q6_k_vec_dot_step(&rows[r][i * Q6K..(i + 1) * Q6K], ba, acc) };
         }
     }
