@@ -57,9 +57,14 @@ fn main() {
 
 /// A prompt batch: every weight row meets 128 distinct activation rows.
 fn prefill(pool: &rayon::ThreadPool) {
-    let n_tok = 128;
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let n_tok = env("NTOK").unwrap_or(128);
+    let shapes = match (env("ROWS"), env("COLS")) {
+        (Some(r), Some(c)) => vec![(r, c)],
+        _ => vec![(4864usize, 896usize), (896, 4864)],
+    };
     for ty in [GgmlType::Q5_0, GgmlType::Q4_1] {
-        for (rows, cols) in [(4864usize, 896usize), (896, 4864)] {
+        for &(rows, cols) in &shapes {
             let mut s = 7u32;
             let mut rnd = move || {
                 s ^= s << 13;

@@ -98,60 +98,87 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     if threads <= 1 || products.iter().all(|p| bands(&p.w) == 1) {
         for p in &mut products {
             debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
-            rows_into(p.w, p.acts, p.seqs, 0, p.w.rows, p.out, p.w.rows);
+            let rows = p.w.rows;
+            for mut b in Band::split(p.out, rows, std::iter::once(0..rows)) {
+                rows_into(p.w, p.acts, p.seqs, &mut b);
+            }
         }
         return;
     }
-    // With several tokens a band fills its own [tok][band] block, copied into
-    // the [tok][row] output afterwards; with one token it writes in place.
-    let mut parts: Vec<Vec<Vec<f32>>> = products
-        .iter()
-        .map(|p| {
-            let n_tok = p.acts.len();
-            if n_tok == 1 {
-                return Vec::new();
-            }
-            let band = p.w.rows.div_ceil(bands(&p.w));
-            (0..p.w.rows.div_ceil(band))
-                .map(|i| {
-                    vec![0f32; ((i + 1) * band).min(p.w.rows).saturating_sub(i * band) * n_tok]
-                })
-                .collect()
-        })
-        .collect();
+    // Each band writes its own rows of the product's [tok][row] output in
+    // place. (A [tok][band] buffer per band, copied into place afterwards,
+    // cost fresh pages to fault in and zero, and a copy on one thread: 10%
+    // of a two-thread 512-token Q5_0 product.)
     pool.scope(|s| {
-        for (p, p_parts) in products.iter_mut().zip(parts.iter_mut()) {
+        for p in products.iter_mut() {
             debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
             let (w, acts, seqs) = (p.w, p.acts, p.seqs);
             let band = w.rows.div_ceil(bands(&w));
-            let n_tok = acts.len();
-            if n_tok == 1 {
-                for (i, part) in p.out.chunks_mut(band).enumerate() {
-                    s.spawn(move |_| {
-                        let width = part.len();
-                        rows_into(w, acts, seqs, i * band, i * band + width, part, width);
-                    });
-                }
-            } else {
-                for (i, part) in p_parts.iter_mut().enumerate() {
-                    s.spawn(move |_| {
-                        let width = part.len() / n_tok;
-                        rows_into(w, acts, seqs, i * band, i * band + width, part, width);
-                    });
-                }
+            let ranges = (0..w.rows)
+                .step_by(band)
+                .map(|r0| r0..(r0 + band).min(w.rows));
+            for mut b in Band::split(p.out, w.rows, ranges) {
+                s.spawn(move |_| rows_into(w, acts, seqs, &mut b));
             }
         }
     });
-    for (p, p_parts) in products.iter_mut().zip(&parts) {
-        let band = p.w.rows.div_ceil(bands(&p.w));
-        let n_tok = p.acts.len();
-        for (i, part) in p_parts.iter().enumerate() {
-            let (r0, width) = (i * band, part.len() / n_tok);
-            for t in 0..n_tok {
-                p.out[t * p.w.rows + r0..t * p.w.rows + r0 + width]
-                    .copy_from_slice(&part[t * width..(t + 1) * width]);
-            }
-        }
+}
+
+/// The rows `rows` of a [tok][row] output (`stride` rows per token), for
+/// one worker to write: the bands of one buffer hold disjoint rows, so the
+/// workers fill it in place, side by side.
+pub(crate) struct Band<'a> {
+    ptr: *mut f32,
+    len: usize,
+    stride: usize,
+    rows: Range<usize>,
+    out: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a Band writes only elements of its own rows (checked in `put`)
+// within the buffer it was split from, and `split` hands out bands of
+// disjoint rows of one exclusively borrowed buffer: no element is written
+// by two threads, and none is read through a Band.
+unsafe impl Send for Band<'_> {}
+
+impl<'a> Band<'a> {
+    /// Bands over `out` ([tok][row], `stride` rows per token) for the given
+    /// row ranges, which must be increasing and disjoint.
+    pub(crate) fn split(
+        out: &'a mut [f32],
+        stride: usize,
+        ranges: impl Iterator<Item = Range<usize>>,
+    ) -> Vec<Band<'a>> {
+        assert!(
+            stride > 0 && out.len().is_multiple_of(stride),
+            "output shape"
+        );
+        let ptr = out.as_mut_ptr();
+        let mut end = 0;
+        ranges
+            .map(|rows| {
+                assert!(rows.start >= end && rows.end <= stride, "disjoint bands");
+                end = rows.end;
+                Band {
+                    ptr,
+                    len: out.len(),
+                    stride,
+                    rows,
+                    out: std::marker::PhantomData,
+                }
+            })
+            .collect()
+    }
+
+    /// Output (token `t`, row `r`) = `v`; `r` must be one of this band's rows.
+    #[inline(always)]
+    fn put(&mut self, t: usize, r: usize, v: f32) {
+        assert!(self.rows.contains(&r), "row {r} outside the band");
+        let i = t * self.stride + r;
+        assert!(i < self.len, "token {t} outside the output");
+        // SAFETY: i < len, within the buffer borrowed for 'a; row r is this
+        // band's alone (see the Send impl).
+        unsafe { *self.ptr.add(i) = v };
     }
 }
 
@@ -161,18 +188,11 @@ const ROW_TILE: usize = 16;
 /// keep their alignment; about 100 KiB of Q8 rows at these widths: L2).
 const TOK_TILE: usize = 128;
 
-/// Rows r0..r1 of `w` against every activation row; writes out[t * stride + (r - r0)].
+/// The rows of `out`'s band of `w` against every activation row.
 /// Tokens on the same kernel path are taken four at a time where a four-row
 /// kernel exists, so each unpacked weight block serves four tokens.
-fn rows_into(
-    w: MatRef<'_>,
-    acts: &[Vec<u8>],
-    seqs: &[Range<usize>],
-    r0: usize,
-    r1: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
+fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut Band<'_>) {
+    let (r0, r1) = (out.rows.start, out.rows.end);
     let rb = w.row_bytes();
     let n_tok = acts.len();
     let ab = row_bytes(vec_dot_type(w.ty), w.cols);
@@ -208,11 +228,11 @@ fn rows_into(
                 let rows = [at(k), at(q + k), at(2 * q + k), at(3 * q + k)];
                 let v = four(rows.map(row), &acts[0]);
                 for (r, v) in rows.into_iter().zip(v) {
-                    out[r - r0] = v;
+                    out.put(0, r, v);
                 }
             }
             for r in r0 + 4 * q..r1 {
-                out[r - r0] = (runs[0].2)(w.cols, row(r), &acts[0]);
+                out.put(0, r, (runs[0].2)(w.cols, row(r), &acts[0]));
             }
             return;
         }
@@ -311,7 +331,7 @@ fn rows_into(
                             for (r, uw) in tile.clone().zip(&unpacked) {
                                 let v8 = (u.dot8)(uw, p0, p1);
                                 for (k, v) in v8.into_iter().enumerate().take(real) {
-                                    out[(t + k) * stride + (r - r0)] = v;
+                                    out.put(t + k, r, v);
                                 }
                             }
                         }
@@ -319,7 +339,7 @@ fn rows_into(
                             for r in tile.clone() {
                                 let v8 = dot8(row(r), p0, p1);
                                 for (k, v) in v8.into_iter().enumerate().take(real) {
-                                    out[(t + k) * stride + (r - r0)] = v;
+                                    out.put(t + k, r, v);
                                 }
                             }
                         }
@@ -331,7 +351,7 @@ fn rows_into(
                 for r in tile.clone() {
                     let v4 = (four.dot)(row(r), a, &prepared[g]);
                     for (k, v) in v4.into_iter().enumerate().take(real) {
-                        out[(t + k) * stride + (r - r0)] = v;
+                        out.put(t + k, r, v);
                     }
                 }
                 g += 1;
@@ -347,7 +367,7 @@ fn rows_into(
                 };
                 for (tt, a) in acts.iter().enumerate().take(a1).skip(single_from) {
                     for r in tile.clone() {
-                        out[tt * stride + (r - r0)] = one(w.cols, row(r), a);
+                        out.put(tt, r, one(w.cols, row(r), a));
                     }
                 }
             }
@@ -359,6 +379,13 @@ fn rows_into(
 mod tests {
     use super::*;
     use kestrel_quant::{dequantize_row, quantize_row};
+
+    /// Every row of `w` on the calling thread, as one band.
+    fn all_rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut [f32]) {
+        for mut b in Band::split(out, w.rows, std::iter::once(0..w.rows)) {
+            rows_into(w, acts, seqs, &mut b);
+        }
+    }
 
     /// Decode reads a band as four streams, two rows per call: every output
     /// must still carry the bits of its own row's one-row kernel, for row
@@ -397,15 +424,7 @@ mod tests {
                 };
                 let acts = vec![quantize_activations(ty, &x)];
                 let mut out = vec![0f32; rows];
-                rows_into(
-                    w,
-                    &acts,
-                    std::slice::from_ref(&(0..1)),
-                    0,
-                    rows,
-                    &mut out,
-                    rows,
-                );
+                all_rows_into(w, &acts, std::slice::from_ref(&(0..1)), &mut out);
                 let one = dot_kernel(dot_path(ty, rows, 0, 1), ty);
                 for r in 0..rows {
                     let want = one(cols, &data[r * rb..(r + 1) * rb], &acts[0]);
@@ -462,15 +481,7 @@ mod tests {
                 let acts = quantize_rows(ty, &x[..n_tok * cols], cols);
                 let mut out = vec![0f32; n_tok * rows];
                 let seq = 0..n_tok;
-                rows_into(
-                    w,
-                    &acts,
-                    std::slice::from_ref(&seq),
-                    0,
-                    rows,
-                    &mut out,
-                    rows,
-                );
+                all_rows_into(w, &acts, std::slice::from_ref(&seq), &mut out);
                 for (t, a) in acts.iter().enumerate() {
                     let one = dot_kernel(dot_path(ty, rows, t, n_tok), ty);
                     for r in 0..rows {
@@ -521,16 +532,13 @@ mod tests {
             };
             let mut a = vec![0f32; n_tok * rows];
             let mut b = vec![0f32; n_tok * rows];
-            rows_into(
+            all_rows_into(
                 w,
                 &x.chunks_exact(cols)
                     .map(|r| quantize_activations(ty, r))
                     .collect::<Vec<_>>(),
                 std::slice::from_ref(&(0..n_tok)),
-                0,
-                rows,
                 &mut a,
-                rows,
             );
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(3)
