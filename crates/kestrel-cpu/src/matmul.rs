@@ -305,6 +305,34 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                 r0 + p
             }
         };
+        // A group on its own (batched decode's few tokens) with a kernel
+        // for four weight rows at once: the rows come from the band's four
+        // quarters, as decode reads them, and each activation load serves
+        // four rows.
+        let mut by_rows4 = vec![false; groups.len()];
+        if streams {
+            for (g, &(t, four, real)) in groups.iter().enumerate() {
+                let Some(rows4) = four.rows4.filter(|_| !paired[g]) else {
+                    continue;
+                };
+                by_rows4[g] = true;
+                for k in 0..quarter {
+                    let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
+                    let v = rows4(rows.map(row), &prepared[g]);
+                    for (r, v4) in rows.into_iter().zip(v) {
+                        for (j, v) in v4.into_iter().enumerate().take(real) {
+                            out.put(t + j, r, v);
+                        }
+                    }
+                }
+                for r in r0 + 4 * quarter..r1 {
+                    let v4 = (four.dot)(row(r), group_acts(t, real), &prepared[g]);
+                    for (j, v) in v4.into_iter().enumerate().take(real) {
+                        out.put(t + j, r, v);
+                    }
+                }
+            }
+        }
         for pt0 in (0..n_rows).step_by(ROW_TILE) {
             let tile = (pt0..(pt0 + ROW_TILE).min(n_rows)).map(row_at);
             // Where several eight-row passes cross the row tile, its rows
@@ -313,6 +341,10 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             let mut tile_unpacked = false;
             let mut g = 0;
             while g < groups.len() {
+                if by_rows4[g] {
+                    g += 1;
+                    continue;
+                }
                 let (t, four, real) = groups[g];
                 // Two consecutive groups of one run share each unpacked
                 // weight block where the kernel takes eight rows.

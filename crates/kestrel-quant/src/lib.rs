@@ -147,6 +147,24 @@ pub fn avx512_in_use() -> bool {
     false
 }
 
+/// Asks the CPU to start bringing every cache line of `bytes` into cache,
+/// without waiting (a hint; nothing on other architectures).
+#[inline]
+pub fn prefetch<T>(bytes: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = bytes.as_ptr() as *const i8;
+        for off in (0..std::mem::size_of_val(bytes)).step_by(64) {
+            // SAFETY: a prefetch does not access memory architecturally,
+            // and the address is within `bytes`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
 pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     #[cfg(target_arch = "x86_64")]
@@ -336,7 +354,15 @@ pub struct Dot4 {
     pub prepare: Prepare4Fn,
     pub dot8: Option<VecDot8Fn>,
     pub unpacked: Option<Unpacked8>,
+    /// Four weight rows against the prepared group at once, where there is
+    /// such a kernel (for batches too small to unpack rows for).
+    pub rows4: Option<VecDot4x4Fn>,
 }
+
+/// Four weight rows against four activation rows prepared by the
+/// [`Dot4`]'s `prepare`: `[row][token]`, each with the bits of `dot`. Take
+/// the rows from four streams, as [`VecDotRows4Fn`].
+pub type VecDot4x4Fn = fn(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4];
 
 /// An eight-row kernel on unpacked weight rows, with the row unpacking and
 /// the activation layout it reads (its own: the AVX-512 build lays groups
@@ -613,5 +639,62 @@ mod tests {
             "Q4_1's and Q5_0's unpacked kernels (and Q8_0's), three lengths"
         );
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
+    }
+
+    /// The four-row kernels over a prepared group of four tokens give every
+    /// (row, token) the bits of the portable dot, for odd block counts and
+    /// rows that differ from each other.
+    #[test]
+    fn rows4x4_kernels_equal_portable_bit_for_bit() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 50.0 - 20.0
+        };
+        let mut checked = 0;
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
+            let Some(rows4) =
+                dot4_kernel(DotPath::VecDot, ty).and_then(|k| k.rows4.map(|r| (k, r)))
+            else {
+                eprintln!("{ty}: no four-row group kernel on this CPU");
+                continue;
+            };
+            let (kern, rows4) = rows4;
+            for blocks in [1usize, 3, 5, 18] {
+                let n = blocks * 32;
+                let w: Vec<Vec<u8>> = (0..4)
+                    .map(|_| {
+                        let wf: Vec<f32> = (0..n).map(|_| next() / 20.0).collect();
+                        let mut q = vec![0u8; bytes_for(ty, n)];
+                        quantize_row(ty, &wf, &mut q);
+                        q
+                    })
+                    .collect();
+                let a: Vec<Vec<u8>> = (0..4)
+                    .map(|_| quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>()))
+                    .collect();
+                let a4 = [&a[0][..], &a[1], &a[2], &a[3]];
+                let mut pre = Vec::new();
+                (kern.prepare)(a4, &mut pre);
+                let got = rows4([&w[0][..], &w[1], &w[2], &w[3]], &pre);
+                for r in 0..4 {
+                    for t in 0..4 {
+                        let want = (portable_kernels(ty).vec_dot)(n, &w[r], &a[t]);
+                        assert_eq!(
+                            got[r][t].to_bits(),
+                            want.to_bits(),
+                            "{ty} n={n} row {r} token {t}: {} vs {want}",
+                            got[r][t]
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+        if crate::avx512_in_use() {
+            assert_eq!(checked, 3 * 4, "every format's kernel, four lengths");
+        }
     }
 }

@@ -12,8 +12,8 @@
 use std::arch::x86_64::*;
 
 use crate::{
-    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, Unpacked8, VecDot2Fn, VecDot4Fn, VecDot8Fn,
-    VecDotFn, VecDotRows4Fn,
+    Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, Unpacked8, VecDot2Fn, VecDot4Fn,
+    VecDot4x4Fn, VecDot8Fn, VecDotFn, VecDotRows4Fn,
 };
 
 pub(crate) mod wide;
@@ -97,11 +97,18 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
     };
+    let rows4: Option<VecDot4x4Fn> = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide => Some(wide::rows4x4_q4_1),
+        (DotPath::VecDot, T::Q5_0) if wide => Some(wide::rows4x4_q5_0),
+        (DotPath::VecDot, T::Q8_0) if wide => Some(wide::rows4x4_q8_0),
+        _ => None,
+    };
     Some(Dot4 {
         dot,
         prepare,
         dot8,
         unpacked,
+        rows4,
     })
 }
 

@@ -305,6 +305,104 @@ unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]
     out
 }
 
+/// Four weight rows (take them from four streams, as decode does) against
+/// one group of four tokens: each token's steps exactly as in `dotw`, the
+/// four rows' blocks interleaved so that each activation load serves four
+/// rows and eight independent sums are in flight. Batched decode's few
+/// tokens went one weight row per call, and each call's sums waited on
+/// each other block by block.
+#[inline(always)]
+unsafe fn dotw_rows4<F: Legacy>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+    let blocks = rows[0].len() / F::WB;
+    // One check each stands for the raw reads in the loop.
+    assert!(
+        rows.iter().all(|r| r.len() == blocks * F::WB),
+        "weight rows"
+    );
+    assert!(
+        pre.len() > blocks * 2 * units::<F>(),
+        "prepared activations"
+    );
+    // SAFETY: within the prepared buffer (its 64-aligned part).
+    let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
+    let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+    let mut summs = [_mm_setzero_ps(); 4];
+    for i in 0..blocks {
+        // SAFETY: i < blocks; the activation reads are within the length
+        // checked above, in 64-aligned units; AVX2 and AVX-512 are enabled
+        // in every caller.
+        unsafe {
+            let unit = |k: usize| base.add((i * units::<F>() + k) * 64);
+            let act = [0, 1].map(|h| _mm512_load_si512(unit(h) as *const __m512i));
+            let da = [0, 1].map(|h| _mm512_load_ps(unit(2 + h) as *const f32));
+            let s = if F::SIGNED {
+                _mm_setzero_ps()
+            } else {
+                _mm_load_ps(unit(4) as *const f32)
+            };
+            for r in 0..4 {
+                let w = Packed::<F> {
+                    w: rows[r],
+                    format: std::marker::PhantomData,
+                };
+                let (q, start_lanes, dw, mw) = w.block(i);
+                let q = _mm512_broadcast_i64x4(q);
+                let start_lanes = _mm512_broadcast_i64x4(start_lanes);
+                let dw16 = _mm512_set1_ps(dw);
+                if !F::SIGNED {
+                    summs[r] = _mm_fmadd_ps(_mm_set1_ps(mw), s, summs[r]);
+                }
+                for h in 0..2 {
+                    let l = if F::SIGNED {
+                        _mm512_dpbusd_epi32(start_lanes, act[h], q)
+                    } else {
+                        _mm512_dpbusd_epi32(start_lanes, q, act[h])
+                    };
+                    let d = _mm512_mul_ps(dw16, da[h]);
+                    acc[r][h] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), acc[r][h]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; 4]; 4];
+    for r in 0..4 {
+        let mut sm = [0f32; 4];
+        // SAFETY: sm holds 4 floats.
+        unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[r]) };
+        for (h, &v) in acc[r].iter().enumerate() {
+            let lo = _mm512_castps512_ps256(v);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            for (k, half) in [lo, hi].into_iter().enumerate() {
+                let t = 2 * h + k;
+                // SAFETY: AVX2 is enabled in every caller.
+                out[r][t] = unsafe { hsum_ps(half) };
+                if !F::SIGNED {
+                    out[r][t] += sm[t];
+                }
+            }
+        }
+    }
+    out
+}
+
+macro_rules! wide_rows4 {
+    ($f:ty, $name:ident) => {
+        pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+                unsafe { dotw_rows4::<$f>(rows, pre) }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(rows, pre) }
+        }
+    };
+}
+
+wide_rows4!(Q41, rows4x4_q4_1);
+wide_rows4!(Q50Bw, rows4x4_q5_0);
+wide_rows4!(Q80, rows4x4_q8_0);
+
 /// The entries of one format: eight tokens on an unpacked row, and four
 /// or eight on a packed one.
 macro_rules! wide_entries {
