@@ -265,16 +265,27 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         }
         let group_acts =
             |t: usize, real: usize| [0, 1, 2, 3].map(|k: usize| &acts[t + k.min(real - 1)][..]);
+        let unpack_tile = groups.len() >= 4;
+        // Batched decode's few tokens (too few groups to unpack rows for),
+        // where the format has a kernel for four weight rows at once: the
+        // rows come from the band's four quarters, as decode reads them,
+        // each activation load serves four rows, and every group takes its
+        // turn on the same four rows while they are in L1 (eight sequences
+        // went through the eight-token kernel one row at a time, slower).
+        let by_rows4: Vec<bool> = groups
+            .iter()
+            .map(|&(_, four, _)| !unpack_tile && four.rows4.is_some())
+            .collect();
         // Consecutive groups of one run go in pairs through an eight-row
         // kernel where there is one; with enough pairs to pay for
         // unpacking the weight rows, through the unpacked kernel, whose
         // activation layout may differ.
-        let unpack_tile = groups.len() >= 4;
         let mut paired = vec![false; groups.len()];
         let mut g = 0;
         while g < groups.len() {
             let (t, four, _) = groups[g];
-            if four.dot8.is_some() && groups.get(g + 1).is_some_and(|&(t2, ..)| t2 == t + 4) {
+            let pairs = four.dot8.is_some() && !by_rows4[g];
+            if pairs && groups.get(g + 1).is_some_and(|&(t2, ..)| t2 == t + 4) && !by_rows4[g + 1] {
                 paired[g] = true;
                 paired[g + 1] = true;
                 g += 2;
@@ -305,25 +316,24 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                 r0 + p
             }
         };
-        // A group on its own (batched decode's few tokens) with a kernel
-        // for four weight rows at once: the rows come from the band's four
-        // quarters, as decode reads them, and each activation load serves
-        // four rows.
-        let mut by_rows4 = vec![false; groups.len()];
-        if streams {
-            for (g, &(t, four, real)) in groups.iter().enumerate() {
-                let Some(rows4) = four.rows4.filter(|_| !paired[g]) else {
-                    continue;
-                };
-                by_rows4[g] = true;
-                for k in 0..quarter {
-                    let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
+        if by_rows4.contains(&true) {
+            for k in 0..quarter {
+                let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
+                for (g, &(t, four, real)) in groups.iter().enumerate() {
+                    let Some(rows4) = four.rows4.filter(|_| by_rows4[g]) else {
+                        continue;
+                    };
                     let v = rows4(rows.map(row), &prepared[g]);
                     for (r, v4) in rows.into_iter().zip(v) {
                         for (j, v) in v4.into_iter().enumerate().take(real) {
                             out.put(t + j, r, v);
                         }
                     }
+                }
+            }
+            for (g, &(t, four, real)) in groups.iter().enumerate() {
+                if !by_rows4[g] {
+                    continue;
                 }
                 for r in r0 + 4 * quarter..r1 {
                     let v4 = (four.dot)(row(r), group_acts(t, real), &prepared[g]);
