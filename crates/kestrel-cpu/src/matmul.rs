@@ -320,7 +320,12 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             for k in 0..quarter {
                 let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
                 for (g, &(t, four, real)) in groups.iter().enumerate() {
-                    let Some(rows4) = four.rows4.filter(|_| by_rows4[g]) else {
+                    let kernel = if real <= 2 {
+                        four.rows4_two.or(four.rows4)
+                    } else {
+                        four.rows4
+                    };
+                    let Some(rows4) = kernel.filter(|_| by_rows4[g]) else {
                         continue;
                     };
                     let v = rows4(rows.map(row), &prepared[g]);

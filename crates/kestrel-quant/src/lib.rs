@@ -357,6 +357,9 @@ pub struct Dot4 {
     /// Four weight rows against the prepared group at once, where there is
     /// such a kernel (for batches too small to unpack rows for).
     pub rows4: Option<VecDot4x4Fn>,
+    /// `rows4` for the group's first two tokens only (the other two
+    /// results are 0): a group of two real rows and two copies.
+    pub rows4_two: Option<VecDot4x4Fn>,
 }
 
 /// Four weight rows against four activation rows prepared by the
@@ -641,8 +644,8 @@ mod tests {
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }
 
-    /// The four-row kernels over a prepared group of four tokens give every
-    /// (row, token) the bits of the portable dot, for odd block counts and
+    /// The four-row kernels over a prepared group of four tokens (and of its
+    /// first two) give every (row, token) the bits of the portable dot, for odd block counts and
     /// rows that differ from each other.
     #[test]
     fn rows4x4_kernels_equal_portable_bit_for_bit() {
@@ -678,7 +681,9 @@ mod tests {
                 let a4 = [&a[0][..], &a[1], &a[2], &a[3]];
                 let mut pre = Vec::new();
                 (kern.prepare)(a4, &mut pre);
-                let got = rows4([&w[0][..], &w[1], &w[2], &w[3]], &pre);
+                let w4 = [&w[0][..], &w[1], &w[2], &w[3]];
+                let got = rows4(w4, &pre);
+                let two = kern.rows4_two.expect("a two-token build beside the four")(w4, &pre);
                 for r in 0..4 {
                     for t in 0..4 {
                         let want = (portable_kernels(ty).vec_dot)(n, &w[r], &a[t]);
@@ -687,6 +692,12 @@ mod tests {
                             want.to_bits(),
                             "{ty} n={n} row {r} token {t}: {} vs {want}",
                             got[r][t]
+                        );
+                        let want2 = if t < 2 { want } else { 0.0 };
+                        assert_eq!(
+                            two[r][t].to_bits(),
+                            want2.to_bits(),
+                            "{ty} n={n} two tokens: row {r} token {t}"
                         );
                     }
                 }

@@ -103,12 +103,19 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::VecDot, T::Q8_0) if wide => Some(wide::rows4x4_q8_0),
         _ => None,
     };
+    let rows4_two: Option<VecDot4x4Fn> = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide => Some(wide::rows4x2_q4_1),
+        (DotPath::VecDot, T::Q5_0) if wide => Some(wide::rows4x2_q5_0),
+        (DotPath::VecDot, T::Q8_0) if wide => Some(wide::rows4x2_q8_0),
+        _ => None,
+    };
     Some(Dot4 {
         dot,
         prepare,
         dot8,
         unpacked,
         rows4,
+        rows4_two,
     })
 }
 

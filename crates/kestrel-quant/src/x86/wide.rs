@@ -361,7 +361,10 @@ impl Unpack2 for Q80 {
 /// tokens went one weight row per call, and each call's sums waited on
 /// each other block by block.
 #[inline(always)]
-unsafe fn dotw_rows4<F: Unpack2>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+unsafe fn dotw_rows4<F: Unpack2, const H: usize>(
+    rows: [&[u8]; 4],
+    pre: &[Chunk32],
+) -> [[f32; 4]; 4] {
     let blocks = rows[0].len() / F::WB;
     // One check each stands for the raw reads in the loop.
     assert!(
@@ -374,7 +377,7 @@ unsafe fn dotw_rows4<F: Unpack2>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]
     );
     // SAFETY: within the prepared buffer (its 64-aligned part).
     let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
-    let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+    let mut acc = [[_mm512_setzero_ps(); H]; 4];
     let mut summs = [_mm_setzero_ps(); 4];
     for i in 0..blocks {
         // SAFETY: i < blocks; the activation reads are within the length
@@ -382,8 +385,10 @@ unsafe fn dotw_rows4<F: Unpack2>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]
         // in every caller.
         unsafe {
             let unit = |k: usize| base.add((i * units::<F>() + k) * 64);
-            let act = [0, 1].map(|h| _mm512_load_si512(unit(h) as *const __m512i));
-            let da = [0, 1].map(|h| _mm512_load_ps(unit(2 + h) as *const f32));
+            let act: [__m512i; H] =
+                std::array::from_fn(|h| _mm512_load_si512(unit(h) as *const __m512i));
+            let da: [__m512; H] =
+                std::array::from_fn(|h| _mm512_load_ps(unit(2 + h) as *const f32));
             let s = if F::SIGNED {
                 _mm_setzero_ps()
             } else {
@@ -409,7 +414,7 @@ unsafe fn dotw_rows4<F: Unpack2>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]
                 if !F::SIGNED {
                     summs[r] = _mm_fmadd_ps(_mm_set1_ps(mw), s, summs[r]);
                 }
-                for h in 0..2 {
+                for h in 0..H {
                     let l = if F::SIGNED {
                         _mm512_dpbusd_epi32(start_lanes, act[h], q)
                     } else {
@@ -443,11 +448,11 @@ unsafe fn dotw_rows4<F: Unpack2>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]
 }
 
 macro_rules! wide_rows4 {
-    ($f:ty, $name:ident) => {
+    ($f:ty, $name:ident, $pairs:literal) => {
         pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-                unsafe { dotw_rows4::<$f>(rows, pre) }
+                unsafe { dotw_rows4::<$f, $pairs>(rows, pre) }
             }
             // SAFETY: handed out only after `available()` confirmed the
             // features.
@@ -456,9 +461,14 @@ macro_rules! wide_rows4 {
     };
 }
 
-wide_rows4!(Q41, rows4x4_q4_1);
-wide_rows4!(Q50Bw, rows4x4_q5_0);
-wide_rows4!(Q80, rows4x4_q8_0);
+wide_rows4!(Q41, rows4x4_q4_1, 2);
+wide_rows4!(Q50Bw, rows4x4_q5_0, 2);
+wide_rows4!(Q80, rows4x4_q8_0, 2);
+// The group's first two tokens only (two sequences decoding): one register
+// of the two, half the arithmetic.
+wide_rows4!(Q41, rows4x2_q4_1, 1);
+wide_rows4!(Q50Bw, rows4x2_q5_0, 1);
+wide_rows4!(Q80, rows4x2_q8_0, 1);
 
 /// The entries of one format: eight tokens on an unpacked row, and four
 /// or eight on a packed one.
