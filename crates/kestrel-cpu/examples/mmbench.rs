@@ -2,6 +2,8 @@
 //! DRAM-sized weight matrix, in multiply-adds per second; with `prefill`, a
 //! 128-token prompt batch through Qwen2.5-0.5B-shaped Q5_0/Q4_1 matrices.
 //! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS] [prefill]
+//! (prefill: ROWS and COLS set one shape instead, NTOK the batch, REPS the
+//! repetitions)
 
 use std::time::Instant;
 
