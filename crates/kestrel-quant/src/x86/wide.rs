@@ -285,20 +285,31 @@ unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]
         }
     }
     let mut out = [[0f32; 4]; G];
-    for g in 0..G {
-        let mut sm = [0f32; 4];
-        // SAFETY: sm holds 4 floats.
-        unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[g]) };
-        for (h, &v) in acc[g].iter().enumerate() {
-            let lo = _mm512_castps512_ps256(v);
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            for (k, half) in [lo, hi].into_iter().enumerate() {
-                let t = 2 * h + k;
-                // SAFETY: AVX2 is enabled in every caller.
-                out[g][t] = unsafe { hsum_ps(half) };
-                if !F::SIGNED {
-                    out[g][t] += sm[t];
-                }
+    for (o, (&a, &s)) in out.iter_mut().zip(acc.iter().zip(&summs)) {
+        // SAFETY: AVX2 and AVX-512 are enabled in every caller.
+        *o = unsafe { finish::<F, 2>(a, s) };
+    }
+    out
+}
+
+/// One weight row's results from its registers of two tokens' lanes each
+/// (`H` of them): each token's lanes reduced as the AVX2 kernel reduces
+/// them, plus its m x s for the unsigned formats (tokens past 2H: 0).
+#[inline(always)]
+unsafe fn finish<F: Legacy, const H: usize>(acc: [__m512; H], summs: __m128) -> [f32; 4] {
+    let mut sm = [0f32; 4];
+    // SAFETY: sm holds 4 floats.
+    unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs) };
+    let mut out = [0f32; 4];
+    for (h, &v) in acc.iter().enumerate() {
+        let lo = _mm512_castps512_ps256(v);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        for (k, half) in [lo, hi].into_iter().enumerate() {
+            let t = 2 * h + k;
+            // SAFETY: AVX2 is enabled in every caller.
+            out[t] = unsafe { hsum_ps(half) };
+            if !F::SIGNED {
+                out[t] += sm[t];
             }
         }
     }
@@ -427,22 +438,9 @@ unsafe fn dotw_rows4<F: Unpack2, const H: usize>(
         }
     }
     let mut out = [[0f32; 4]; 4];
-    for r in 0..4 {
-        let mut sm = [0f32; 4];
-        // SAFETY: sm holds 4 floats.
-        unsafe { _mm_storeu_ps(sm.as_mut_ptr(), summs[r]) };
-        for (h, &v) in acc[r].iter().enumerate() {
-            let lo = _mm512_castps512_ps256(v);
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            for (k, half) in [lo, hi].into_iter().enumerate() {
-                let t = 2 * h + k;
-                // SAFETY: AVX2 is enabled in every caller.
-                out[r][t] = unsafe { hsum_ps(half) };
-                if !F::SIGNED {
-                    out[r][t] += sm[t];
-                }
-            }
-        }
+    for (o, (&a, &s)) in out.iter_mut().zip(acc.iter().zip(&summs)) {
+        // SAFETY: AVX2 and AVX-512 are enabled in every caller.
+        *o = unsafe { finish::<F, H>(a, s) };
     }
     out
 }
