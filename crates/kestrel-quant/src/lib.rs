@@ -147,24 +147,6 @@ pub fn avx512_in_use() -> bool {
     false
 }
 
-/// Asks the CPU to start bringing every cache line of `bytes` into cache,
-/// without waiting (a hint; nothing on other architectures).
-#[inline]
-pub fn prefetch<T>(bytes: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = bytes.as_ptr() as *const i8;
-        for off in (0..std::mem::size_of_val(bytes)).step_by(64) {
-            // SAFETY: a prefetch does not access memory architecturally,
-            // and the address is within `bytes`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
-
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
 pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     #[cfg(target_arch = "x86_64")]
@@ -645,8 +627,8 @@ mod tests {
     }
 
     /// The four-row kernels over a prepared group of four tokens (and of its
-    /// first two) give every (row, token) the bits of the portable dot, for odd block counts and
-    /// rows that differ from each other.
+    /// first two) give every (row, token) the bits of the portable dot, for
+    /// odd block counts and rows that differ from each other.
     #[test]
     fn rows4x4_kernels_equal_portable_bit_for_bit() {
         let mut s = 0x2545_f491_4f6c_dd1du64;

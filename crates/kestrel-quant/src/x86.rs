@@ -97,17 +97,12 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
     };
-    let rows4: Option<VecDot4x4Fn> = match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if wide => Some(wide::rows4x4_q4_1),
-        (DotPath::VecDot, T::Q5_0) if wide => Some(wide::rows4x4_q5_0),
-        (DotPath::VecDot, T::Q8_0) if wide => Some(wide::rows4x4_q8_0),
-        _ => None,
-    };
-    let rows4_two: Option<VecDot4x4Fn> = match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if wide => Some(wide::rows4x2_q4_1),
-        (DotPath::VecDot, T::Q5_0) if wide => Some(wide::rows4x2_q5_0),
-        (DotPath::VecDot, T::Q8_0) if wide => Some(wide::rows4x2_q8_0),
-        _ => None,
+    // The four-row group kernels: four tokens, and the first two only.
+    let (rows4, rows4_two): (Option<VecDot4x4Fn>, Option<VecDot4x4Fn>) = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide => (Some(wide::rows4x4_q4_1), Some(wide::rows4x2_q4_1)),
+        (DotPath::VecDot, T::Q5_0) if wide => (Some(wide::rows4x4_q5_0), Some(wide::rows4x2_q5_0)),
+        (DotPath::VecDot, T::Q8_0) if wide => (Some(wide::rows4x4_q8_0), Some(wide::rows4x2_q8_0)),
+        _ => (None, None),
     };
     Some(Dot4 {
         dot,
