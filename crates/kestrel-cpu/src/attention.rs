@@ -52,10 +52,10 @@ pub fn attend(
     let one = |i: usize, dst: &mut [f32]| {
         // Chunk i is query row i, or head i of the single query row.
         if n_tok == 1 {
-            head_dispatch(s, q, kc, vc, pos0, 0, i, dst);
+            heads_dispatch(s, q, kc, vc, pos0, 0, i, dst);
         } else {
             for (h, d) in dst.chunks_exact_mut(dv).enumerate() {
-                head_dispatch(s, q, kc, vc, pos0, i, h, d);
+                heads_dispatch(s, q, kc, vc, pos0, i, h, d);
             }
         }
     };
@@ -102,6 +102,16 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             }
         })
         .collect();
+    // Heads that share a KV head go together, up to a run that still leaves
+    // every worker a few tasks: their value sums interleave (see
+    // [`run_x86`]).
+    let n_rep = s.n_head / s.n_head_kv;
+    let rows: usize = items
+        .iter()
+        .filter(|it| it.n_tok < TILED_MIN_QUERIES)
+        .map(|it| it.n_tok)
+        .sum();
+    let run = (rows * s.n_head / (4 * pool.current_num_threads())).clamp(1, n_rep.min(MAX_RUN));
     let mut tasks: Vec<(&AttnItem<'_>, usize, usize, &mut [f32])> = Vec::new();
     let mut work = 0;
     for (it, out) in items.iter().zip(outs.iter_mut()) {
@@ -109,12 +119,15 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             continue;
         }
         work += it.n_tok * s.n_head * (it.pos0 + it.n_tok) * (s.head_dim_k + dv);
-        for (i, d) in out.chunks_exact_mut(dv).enumerate() {
-            tasks.push((it, i / s.n_head, i % s.n_head, d));
+        for (g, group) in out.chunks_exact_mut(n_rep * dv).enumerate() {
+            let (t, h) = (g / s.n_head_kv, (g % s.n_head_kv) * n_rep);
+            for (i, d) in group.chunks_mut(run * dv).enumerate() {
+                tasks.push((it, t, h + i * run, d));
+            }
         }
     }
     let one = |(it, t, h, d): (&AttnItem<'_>, usize, usize, &mut [f32])| {
-        head_dispatch(s, it.q, it.kc, it.vc, it.pos0, t, h, d)
+        heads_dispatch(s, it.q, it.kc, it.vc, it.pos0, t, h, d)
     };
     if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
         tasks.into_iter().for_each(one);
@@ -124,26 +137,38 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
     outs
 }
 
-/// [`head`], compiled with AVX2/FMA where the CPU has them (its running sum
-/// is a fused multiply-add: an instruction rather than a libm call).
+/// Attention of query row `t` for heads `h0..h0 + n` (all reading the same
+/// KV head) into `dst` (n rows of head_dim_v): [`head`], compiled with
+/// AVX2/FMA (or AVX-512) where the CPU has them.
 #[allow(clippy::too_many_arguments)]
-fn head_dispatch(
+fn heads_dispatch(
     s: &AttnShape,
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
     pos0: usize,
     t: usize,
-    h: usize,
+    h0: usize,
     dst: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if kestrel_quant::avx512_in_use() {
+        // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL (checked
+        // just above).
+        return unsafe { heads_avx512(s, q, kc, vc, pos0, t, h0, dst) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if kestrel_quant::avx2_in_use() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-        return unsafe { head_avx2(s, q, kc, vc, pos0, t, h, dst) };
+        return unsafe { heads_avx2(s, q, kc, vc, pos0, t, h0, dst) };
     }
-    head(s, q, kc, vc, pos0, t, h, dst)
+    for (i, d) in dst.chunks_exact_mut(s.head_dim_v).enumerate() {
+        head(s, q, kc, vc, pos0, t, h0 + i, d);
+    }
 }
+
+/// Most heads that [`heads_x86`] interleaves.
+const MAX_RUN: usize = 4;
 
 /// [`head`] with AVX2: the scores and the online-softmax factors first (a
 /// sequence that depends on the scores alone), then the values 64
@@ -154,75 +179,294 @@ fn head_dispatch(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn head_avx2(
+unsafe fn heads_avx2(
     s: &AttnShape,
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
     pos0: usize,
     t: usize,
-    h: usize,
+    h0: usize,
     dst: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
+    // SAFETY: AVX2, FMA and F16C are enabled here.
+    unsafe { heads_x86::<false>(s, q, kc, vc, pos0, t, h0, dst) }
+}
+
+/// [`heads_avx2`] with AVX-512: each step over 16 lanes instead of 8 (the
+/// 32 registers hold four heads' accumulators); every lane's operations are
+/// the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn heads_avx512(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    t: usize,
+    h0: usize,
+    dst: &mut [f32],
+) {
+    // SAFETY: AVX2, FMA, F16C and AVX-512 F/BW/VL are enabled here.
+    unsafe { heads_x86::<true>(s, q, kc, vc, pos0, t, h0, dst) }
+}
+
+/// The body of [`heads_avx2`] (`WIDE` false) and [`heads_avx512`] (true),
+/// up to [`MAX_RUN`] heads at a time; the caller has the matching features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn heads_x86<const WIDE: bool>(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    t: usize,
+    h0: usize,
+    dst: &mut [f32],
+) {
+    let dv = s.head_dim_v;
+    for (i, d) in dst.chunks_mut(MAX_RUN * dv).enumerate() {
+        let h = h0 + i * MAX_RUN;
+        // SAFETY (all four): the caller has the features WIDE asks for.
+        match d.len() / dv {
+            1 => unsafe { run_x86::<WIDE, 1>(s, q, kc, vc, pos0, t, h, d) },
+            2 => unsafe { run_x86::<WIDE, 2>(s, q, kc, vc, pos0, t, h, d) },
+            3 => unsafe { run_x86::<WIDE, 3>(s, q, kc, vc, pos0, t, h, d) },
+            _ => unsafe { run_x86::<WIDE, MAX_RUN>(s, q, kc, vc, pos0, t, h, d) },
+        }
+    }
+}
+
+/// `H` heads from `h0` on, sharing one KV head: each key row and value row
+/// is loaded once for all of them, and the heads' value sums are
+/// independent chains that overlap (one head's chain, a multiply-add and two
+/// f16 conversions per key, left the core waiting on their latency).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_x86<const WIDE: bool, const H: usize>(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    pos0: usize,
+    t: usize,
+    h0: usize,
+    dst: &mut [f32],
+) {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     if !dv.is_multiple_of(64) {
-        return head(s, q, kc, vc, pos0, t, h, dst);
+        for (i, d) in dst.chunks_exact_mut(dv).enumerate() {
+            head(s, q, kc, vc, pos0, t, h0 + i, d);
+        }
+        return;
     }
     let q_w = s.n_head * dk;
     let k_w = s.n_head_kv * dk;
     let v_w = s.n_head_kv * dv;
-    let kvh = h / (s.n_head / s.n_head_kv);
+    let kvh = h0 / (s.n_head / s.n_head_kv);
+    assert_eq!(
+        (h0 + H - 1) / (s.n_head / s.n_head_kv),
+        kvh,
+        "heads of one KV head"
+    );
     let p = pos0 + t;
     let lo = if s.window > 0 {
         (p + 1).saturating_sub(s.window)
     } else {
         0
     };
-    let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
-    let mut q16 = vec![0u16; dk];
-    f32_to_f16_row(qh, &mut q16);
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    let mut steps = Vec::with_capacity(p + 1 - lo);
-    for j in lo..=p {
+    let nk = p + 1 - lo;
+    let mut q16 = vec![0u16; H * dk];
+    let qrow = &q[t * q_w + h0 * dk..t * q_w + (h0 + H) * dk];
+    f32_to_f16_row(qrow, &mut q16);
+    // The dot products first, in a loop of loads and multiply-adds alone:
+    // the cache rows usually come from memory (a step's weights have
+    // evicted them), and the softmax's exp calls in the same loop held so
+    // many instructions per key that few loads were in flight at once.
+    let mut dots = vec![0f32; H * nk];
+    for (i, j) in (lo..=p).enumerate() {
         let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-        let dot = if dk.is_multiple_of(32) {
-            // SAFETY: AVX2/FMA/F16C are enabled here; equal lengths.
-            unsafe { f16_dot32(key, &q16) }
-        } else {
-            f16_dot(key, &q16)
-        };
-        let sc = dot * s.scale;
-        let (ms, vs) = online_step(&mut m, sc);
-        sum = sum.mul_add(ms, vs);
-        steps.push((ms, vs));
+        prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
+        for (hh, qh) in q16.chunks_exact(dk).enumerate() {
+            dots[hh * nk + i] = if !dk.is_multiple_of(32) {
+                f16_dot(key, qh)
+            } else if WIDE {
+                // SAFETY: the caller has AVX-512 F/BW/VL; equal lengths.
+                unsafe { f16_dot32_avx512(key, qh) }
+            } else {
+                // SAFETY: the caller has AVX2/FMA/F16C; equal lengths.
+                unsafe { f16_dot32(key, qh) }
+            };
+        }
     }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    let round16 = |x: __m256| _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
+    let mut steps = vec![(0f32, 0f32); H * nk];
+    let mut inv = [0f32; H];
+    for hh in 0..H {
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for (st, &dot) in steps[hh * nk..(hh + 1) * nk]
+            .iter_mut()
+            .zip(&dots[hh * nk..(hh + 1) * nk])
+        {
+            let (ms, vs) = online_step(&mut m, dot * s.scale);
+            sum = sum.mul_add(ms, vs);
+            *st = (ms, vs);
+        }
+        inv[hh] = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    }
+    let at0 = lo * v_w + kvh * dv;
     for b in 0..dv / 64 {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (j, &(ms, vs)) in (lo..=p).zip(&steps) {
-            let at = j * v_w + kvh * dv + 64 * b;
-            let v = &vc[at..at + 64];
+        let rows = &vc[at0 + 64 * b..];
+        if WIDE {
+            // SAFETY: the caller has AVX-512 F/BW/VL.
+            unsafe { values64_avx512::<H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+        } else {
+            // SAFETY: the caller has AVX2/FMA/F16C.
+            unsafe { values64_avx2::<H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+        }
+    }
+}
+
+/// One 64-dimension block of `H` heads' weighted value sums over `nk` keys
+/// (key i's 64 values at `rows[i * v_w..]`): per key, each head's running
+/// f16 accumulator is rescaled by its `ms` (where its maximum moved) and
+/// takes `vs` times the value, rounded through f16 after every operation.
+/// Head h's result goes to `dst[h * dv + off..][..64]`, times `inv[h]`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn values64_avx2<const H: usize>(
+    rows: &[u16],
+    v_w: usize,
+    nk: usize,
+    steps: &[(f32, f32)],
+    inv: &[f32; H],
+    dst: &mut [f32],
+    off: usize,
+    dv: usize,
+) {
+    use std::arch::x86_64::*;
+    let round16 = |x: __m256| _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
+    let mut acc = [[_mm256_setzero_ps(); 8]; H];
+    for i in 0..nk {
+        let v = &rows[i * v_w..i * v_w + 64];
+        prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
+        // A plain loop: a closure here would be compiled without the
+        // function's target features.
+        let mut x = [_mm256_setzero_ps(); 8];
+        for (c, x) in x.iter_mut().enumerate() {
+            // SAFETY: v holds 64 halves; 8 are read at 8c.
+            *x = unsafe {
+                _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * c) as *const __m128i))
+            };
+        }
+        for (hh, a) in acc.iter_mut().enumerate() {
+            let (ms, vs) = steps[hh * nk + i];
             if ms != 1.0 {
                 let f = _mm256_set1_ps(ms);
-                for a in acc.iter_mut() {
+                for a in a.iter_mut() {
                     *a = round16(_mm256_mul_ps(*a, f));
                 }
             }
             let w = _mm256_set1_ps(vs);
-            for (c, a) in acc.iter_mut().enumerate() {
-                // SAFETY: v holds 64 halves; 8 are read at 8c.
-                let x = unsafe {
-                    _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * c) as *const __m128i))
-                };
+            for (a, x) in a.iter_mut().zip(x) {
                 *a = round16(_mm256_fmadd_ps(x, w, *a));
             }
         }
-        for (c, a) in acc.into_iter().enumerate() {
-            let out = &mut dst[64 * b + 8 * c..64 * b + 8 * c + 8];
-            // SAFETY: out holds 8 floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(a, _mm256_set1_ps(inv))) };
+    }
+    for (hh, a) in acc.into_iter().enumerate() {
+        let out = &mut dst[hh * dv + off..hh * dv + off + 64];
+        for (c, a) in a.into_iter().enumerate() {
+            // SAFETY: out holds 64 floats; 8 are written at 8c.
+            unsafe {
+                _mm256_storeu_ps(
+                    out.as_mut_ptr().add(8 * c),
+                    _mm256_mul_ps(a, _mm256_set1_ps(inv[hh])),
+                )
+            };
+        }
+    }
+}
+
+/// [`values64_avx2`] over 16 lanes at a time.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn values64_avx512<const H: usize>(
+    rows: &[u16],
+    v_w: usize,
+    nk: usize,
+    steps: &[(f32, f32)],
+    inv: &[f32; H],
+    dst: &mut [f32],
+    off: usize,
+    dv: usize,
+) {
+    use std::arch::x86_64::*;
+    let round16 = |x: __m512| _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
+    let mut acc = [[_mm512_setzero_ps(); 4]; H];
+    for i in 0..nk {
+        let v = &rows[i * v_w..i * v_w + 64];
+        prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
+        // A plain loop: a closure here would be compiled without the
+        // function's target features.
+        let mut x = [_mm512_setzero_ps(); 4];
+        for (c, x) in x.iter_mut().enumerate() {
+            // SAFETY: v holds 64 halves; 16 are read at 16c.
+            *x = unsafe {
+                _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * c) as *const __m256i))
+            };
+        }
+        for (hh, a) in acc.iter_mut().enumerate() {
+            let (ms, vs) = steps[hh * nk + i];
+            if ms != 1.0 {
+                let f = _mm512_set1_ps(ms);
+                for a in a.iter_mut() {
+                    *a = round16(_mm512_mul_ps(*a, f));
+                }
+            }
+            let w = _mm512_set1_ps(vs);
+            for (a, x) in a.iter_mut().zip(x) {
+                *a = round16(_mm512_fmadd_ps(x, w, *a));
+            }
+        }
+    }
+    for (hh, a) in acc.into_iter().enumerate() {
+        let out = &mut dst[hh * dv + off..hh * dv + off + 64];
+        for (c, a) in a.into_iter().enumerate() {
+            // SAFETY: out holds 64 floats; 16 are written at 16c.
+            unsafe {
+                _mm512_storeu_ps(
+                    out.as_mut_ptr().add(16 * c),
+                    _mm512_mul_ps(a, _mm512_set1_ps(inv[hh])),
+                )
+            };
+        }
+    }
+}
+
+/// How many cache rows ahead the decode loops prefetch.
+#[cfg(target_arch = "x86_64")]
+const KV_PREFETCH: usize = 16;
+
+/// Asks for the cache lines of `x[at..at + len]` if that lies inside `x`
+/// (a row past the end is simply not fetched).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_row(x: &[u16], at: usize, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    if at + len <= x.len() {
+        // Every 64-byte line the row touches, the last one too when the row
+        // does not start on a line boundary.
+        for off in (0..len).step_by(32).chain(std::iter::once(len - 1)) {
+            // SAFETY: a prefetch never faults, and the address is inside x.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().add(at + off) as *const i8) };
         }
     }
 }
@@ -247,6 +491,35 @@ unsafe fn f16_dot32(a: &[u16], b: &[u16]) -> f32 {
         }
     }
     let x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+    let t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+    let u = _mm_add_ps(t, _mm_movehdup_ps(t));
+    _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)))
+}
+
+/// [`f16_dot32`] over 16 lanes: one accumulator holds the lanes of the
+/// narrow version's first two, the other its last two, so every lane's
+/// chain and the reduction are the same.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn f16_dot32_avx512(a: &[u16], b: &[u16]) -> f32 {
+    use std::arch::x86_64::*;
+    assert!(a.len() == b.len() && a.len().is_multiple_of(32));
+    let ph16 = |x: &[u16], i: usize| {
+        // SAFETY: i + 16 <= len (the loop below steps within the length).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(x.as_ptr().add(i) as *const __m256i)) }
+    };
+    let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for i in (0..a.len()).step_by(32) {
+        lo = _mm512_fmadd_ps(ph16(a, i), ph16(b, i), lo);
+        hi = _mm512_fmadd_ps(ph16(a, i + 16), ph16(b, i + 16), hi);
+    }
+    // (a0 + a2) and (a1 + a3) side by side, then their sum.
+    let pair = _mm512_add_ps(lo, hi);
+    let x = _mm256_add_ps(
+        _mm512_castps512_ps256(pair),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pair))),
+    );
     let t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
     let u = _mm_add_ps(t, _mm_movehdup_ps(t));
     _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)))
@@ -800,9 +1073,10 @@ mod tests {
         }
     }
 
-    /// The AVX2 one-query path against the portable one, bit for bit, with
-    /// GQA, windows, and contexts long enough for the running maximum to
-    /// move many times.
+    /// The AVX2 and AVX-512 one-query paths against the portable one, bit
+    /// for bit, with GQA, runs of 1 to 6 heads of one KV head (past the
+    /// four interleaved at once), windows, and contexts long enough for the
+    /// running maximum to move many times.
     #[test]
     fn avx2_head_equals_portable_bit_for_bit() {
         if !kestrel_quant::avx2_in_use() {
@@ -816,42 +1090,53 @@ mod tests {
             st ^= st << 5;
             (st as f32 / u32::MAX as f32) * 2.0 - 1.0
         };
-        for (dim, window, pos0) in [
-            (64usize, 0usize, 0usize),
-            (64, 0, 150),
-            (128, 40, 90),
-            (64, 7, 30),
+        for (dim, window, pos0, n_head, n_head_kv) in [
+            (64usize, 0usize, 0usize, 6usize, 2usize),
+            (64, 0, 150, 6, 2),
+            (128, 40, 90, 6, 2),
+            (64, 7, 30, 6, 2),
+            (64, 0, 70, 6, 1),
+            (192, 0, 20, 3, 3),
         ] {
             let s = AttnShape {
-                n_head: 6,
-                n_head_kv: 2,
+                n_head,
+                n_head_kv,
                 head_dim_k: dim,
                 head_dim_v: dim,
                 scale: 0.7,
                 window,
             };
+            let n_rep = n_head / n_head_kv;
             let n_tok = 3;
             let n_pos = pos0 + n_tok;
-            let kc: Vec<u16> = (0..n_pos * 2 * dim)
+            let kc: Vec<u16> = (0..n_pos * n_head_kv * dim)
                 .map(|_| f32_to_f16(rnd() * 3.0))
                 .collect();
-            let vc: Vec<u16> = (0..n_pos * 2 * dim)
+            let vc: Vec<u16> = (0..n_pos * n_head_kv * dim)
                 .map(|_| f32_to_f16(rnd() * 5.0))
                 .collect();
-            let q: Vec<f32> = (0..n_tok * 6 * dim).map(|_| rnd() * 2.0).collect();
+            let q: Vec<f32> = (0..n_tok * n_head * dim).map(|_| rnd() * 2.0).collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for t in 0..n_tok {
-                for h in 0..6 {
-                    let mut a = vec![0f32; dim];
-                    let mut b = vec![0f32; dim];
-                    // SAFETY: AVX2, FMA and F16C were detected above.
-                    unsafe { head_avx2(&s, &q, &kc, &vc, pos0, t, h, &mut a) };
-                    head(&s, &q, &kc, &vc, pos0, t, h, &mut b);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&a),
-                        bits(&b),
-                        "dim {dim} window {window} pos0 {pos0} t {t} h {h}"
-                    );
+                let mut want = vec![0f32; n_head * dim];
+                for (h, d) in want.chunks_exact_mut(dim).enumerate() {
+                    head(&s, &q, &kc, &vc, pos0, t, h, d);
+                }
+                // Every run (h0, n) inside one KV head's group.
+                for h0 in 0..n_head {
+                    for n in 1..=n_rep - h0 % n_rep {
+                        let want = &want[h0 * dim..(h0 + n) * dim];
+                        let mut got = vec![0f32; n * dim];
+                        // SAFETY: AVX2, FMA and F16C were detected above.
+                        unsafe { heads_avx2(&s, &q, &kc, &vc, pos0, t, h0, &mut got) };
+                        let at = format!("dim {dim} pos0 {pos0} t {t} heads {h0}+{n}");
+                        assert_eq!(bits(&got), bits(want), "AVX2: {at}");
+                        if kestrel_quant::avx512_in_use() {
+                            // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
+                            unsafe { heads_avx512(&s, &q, &kc, &vc, pos0, t, h0, &mut got) };
+                            assert_eq!(bits(&got), bits(want), "AVX-512: {at}");
+                        }
+                    }
                 }
             }
         }
