@@ -281,6 +281,12 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         0
     };
     let nk = p + 1 - lo;
+    // The loops below fetch KV_PREFETCH rows ahead; the first rows are
+    // asked for here, before the query's conversion, so a short context
+    // does not start on a miss.
+    for j in lo..(lo + KV_PREFETCH).min(p + 1) {
+        prefetch_row(kc, j * k_w + kvh * dk, dk);
+    }
     let mut q16 = vec![0u16; H * dk];
     let qrow = &q[t * q_w + h0 * dk..t * q_w + (h0 + H) * dk];
     f32_to_f16_row(qrow, &mut q16);
@@ -304,15 +310,49 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
             };
         }
     }
+    // The online softmax of each head in three passes with the same values
+    // as `online_step` key by key: the running maximum and each key's
+    // exponent argument (sequential compares), the exponentials (eight at a
+    // time with AVX-512, the libm function's own steps), then the running
+    // sum. A libm call per key in one loop cost a quarter of the attention.
+    // Likewise the first value rows, which arrive during the softmax.
+    for j in lo..(lo + KV_PREFETCH).min(p + 1) {
+        prefetch_row(vc, j * v_w + kvh * dv, dv);
+    }
     let mut steps = vec![(0f32, 0f32); H * nk];
     let mut inv = [0f32; H];
+    let mut args = vec![0f32; nk];
+    let mut rises = vec![false; nk];
+    let mut exps = vec![0f32; nk];
     for hh in 0..H {
-        let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-        for (st, &dot) in steps[hh * nk..(hh + 1) * nk]
+        let mut m = f32::NEG_INFINITY;
+        for ((a, r), &dot) in args
             .iter_mut()
+            .zip(rises.iter_mut())
             .zip(&dots[hh * nk..(hh + 1) * nk])
         {
-            let (ms, vs) = online_step(&mut m, dot * s.scale);
+            let sc = dot * s.scale;
+            *r = sc > m;
+            if *r {
+                *a = m - sc;
+                m = sc;
+            } else {
+                *a = sc - m;
+            }
+        }
+        if WIDE {
+            // SAFETY: the caller has AVX-512 F/BW/VL.
+            unsafe { expf_rows_avx512(&args, &mut exps) };
+        } else {
+            exps.iter_mut().zip(&args).for_each(|(e, a)| *e = a.exp());
+        }
+        let mut sum = 0f32;
+        for ((st, &r), &e) in steps[hh * nk..(hh + 1) * nk]
+            .iter_mut()
+            .zip(&rises)
+            .zip(&exps)
+        {
+            let (ms, vs) = if r { (e, 1.0) } else { (1.0, e) };
             sum = sum.mul_add(ms, vs);
             *st = (ms, vs);
         }
@@ -448,6 +488,111 @@ unsafe fn values64_avx512<const H: usize>(
                 )
             };
         }
+    }
+}
+
+/// glibc's `expf` (its FMA build, which this CPU's libm runs; the
+/// algorithm of glibc 2.27+), eight lanes at a time, for arguments <= 0 or
+/// NaN, as the softmax passes them: 2^(k/32) from a table times a cubic in
+/// the remainder, in f64, rounded once to f32; below the smallest argument
+/// with a nonzero result, 0. The same bits as the libm call for every such
+/// argument (checked exhaustively when written; the tests compare a sample).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn expf8_avx512(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // 32/ln2, the shift that rounds to an integer in the low mantissa
+    // bits, and the cubic's coefficients (scaled by 1/32 per power).
+    let inv_ln2_n = _mm512_set1_pd(f64::from_bits(0x4047_1547_652b_82fe));
+    let shift = _mm512_set1_pd(f64::from_bits(0x4338_0000_0000_0000));
+    let c0 = _mm512_set1_pd(f64::from_bits(0x3ebc_6af8_4b91_2394));
+    let c1 = _mm512_set1_pd(f64::from_bits(0x3f2e_bfce_50fa_c4f3));
+    let c2 = _mm512_set1_pd(f64::from_bits(0x3f96_2e42_ff0c_52d6));
+    let t = |i: usize| {
+        // SAFETY: EXP2F_TABLE holds 32 entries; 8 are read from i <= 24.
+        unsafe { _mm512_loadu_si512(EXP2F_TABLE.as_ptr().add(i) as *const __m512i) }
+    };
+    let xd = _mm512_cvtps_pd(x);
+    let k = _mm512_fmadd_pd(inv_ln2_n, xd, shift);
+    let ki = _mm512_castpd_si512(k);
+    let kd = _mm512_sub_pd(k, shift);
+    let r = _mm512_fmadd_pd(inv_ln2_n, xd, _mm512_sub_pd(_mm512_setzero_pd(), kd));
+    // Table entry k mod 32: entries 0-15 and 16-31 by two two-register
+    // permutes (four index bits each), the fifth bit choosing.
+    let low = _mm512_permutex2var_epi64(t(0), ki, t(8));
+    let high = _mm512_permutex2var_epi64(t(16), ki, t(24));
+    let upper = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
+    let tab = _mm512_mask_blend_epi64(upper, low, high);
+    let scale = _mm512_castsi512_pd(_mm512_add_epi64(tab, _mm512_slli_epi64::<47>(ki)));
+    let z = _mm512_fmadd_pd(c0, r, c1);
+    let r2 = _mm512_mul_pd(r, r);
+    let y = _mm512_fmadd_pd(c2, r, _mm512_set1_pd(1.0));
+    let y = _mm512_mul_pd(_mm512_fmadd_pd(z, r2, y), scale);
+    let out = _mm512_cvtpd_ps(y);
+    // Below log(2^-150) glibc returns 0 (the argument -inf included).
+    let lo = _mm256_set1_ps(f32::from_bits(0xc2cf_f1b4));
+    let under = _mm256_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+    _mm256_mask_mov_ps(out, under, _mm256_setzero_ps())
+}
+
+/// 2^(i/32) for i in 0..32 as f64 bits, less i << 47 (the exponent that
+/// [`expf8_avx512`] adds back with k's integer part).
+#[cfg(target_arch = "x86_64")]
+const EXP2F_TABLE: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+
+/// `exps[i] = args[i].exp()` for the softmax's arguments: [`expf8_avx512`]
+/// eight at a time, the libm call for the last few.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn expf_rows_avx512(args: &[f32], exps: &mut [f32]) {
+    use std::arch::x86_64::*;
+    assert_eq!(args.len(), exps.len(), "one result per argument");
+    let mut a = args.chunks_exact(8);
+    let mut e = exps.chunks_exact_mut(8);
+    for (a, e) in (&mut a).zip(&mut e) {
+        // SAFETY: both chunks hold 8 floats; AVX-512 is enabled here.
+        unsafe {
+            let v = expf8_avx512(_mm256_loadu_ps(a.as_ptr()));
+            _mm256_storeu_ps(e.as_mut_ptr(), v);
+        }
+    }
+    for (e, a) in e.into_remainder().iter_mut().zip(a.remainder()) {
+        *e = a.exp();
     }
 }
 
@@ -1139,6 +1284,57 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The eight-lane exp against libm's for softmax arguments: every
+    /// 61st float from -0 down past the underflow bound (the rest were
+    /// checked exhaustively when it was written), the bound's neighbours,
+    /// -inf and NaN.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn expf8_equals_libm_expf() {
+        if !kestrel_quant::avx512_in_use() {
+            eprintln!("no AVX-512 here: nothing to compare");
+            return;
+        }
+        let bound = 0xc2cf_f1b4u32;
+        let mut xs: Vec<f32> = (0x8000_0000u32..bound + 1000)
+            .step_by(61)
+            .map(f32::from_bits)
+            .collect();
+        xs.extend((bound - 3..bound + 3).map(f32::from_bits));
+        xs.extend([f32::NEG_INFINITY, -0.0, 0.0, -1e-30, -88.0, -87.5]);
+        // The one argument where the remainder's fused multiply-add (as
+        // glibc's FMA build computes it) changes the result.
+        xs.push(f32::from_bits(0xc27c_65d9));
+        while xs.len() % 8 != 3 {
+            xs.push(-1.5);
+        }
+        let mut got = vec![0f32; xs.len()];
+        // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected above.
+        unsafe { expf_rows_avx512(&xs, &mut got) };
+        for (x, g) in xs.iter().zip(&got) {
+            assert_eq!(g.to_bits(), x.exp().to_bits(), "exp({x:e})");
+        }
+        let nan = [f32::NAN; 8];
+        let mut out = [0f32; 8];
+        // SAFETY: as above.
+        unsafe { expf_rows_avx512(&nan, &mut out) };
+        assert!(out.iter().all(|v| v.is_nan()), "NaN in, NaN out");
+    }
+
+    /// The table holds 2^(i/32) rounded to f64, less i << 47.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp2f_table_is_two_to_the_i_over_32() {
+        for (i, &bits) in EXP2F_TABLE.iter().enumerate() {
+            let v = f64::from_bits(bits + ((i as u64) << 47));
+            let want = (i as f64 / 32.0).exp2();
+            assert!(
+                (v - want).abs() <= want * f64::EPSILON / 2.0,
+                "entry {i}: {v} vs {want}"
+            );
         }
     }
 
