@@ -320,7 +320,10 @@ unsafe fn finish<F: Legacy, const H: usize>(acc: [__m512; H], summs: __m128) -> 
 /// tokens' arithmetic per weight byte left the hardware prefetchers behind
 /// (a single token's kernel keeps pace without): batchbench, SmolLM2, four
 /// sequences, 5.9 -> 5.3 ms per step at 1 KiB (256 B to 8 KiB all helped).
-const ROWS4_PREFETCH: usize = 1024;
+/// 3 KiB (about five Q8_0 rows of 576) kept Q8_0 further ahead: mmbench,
+/// two threads, GMAC/s at 1 / 3 KiB: Q8_0 two tokens 87-103 / 117-119,
+/// four 154-155 / 164-172; Q4_1 the same (62 / 61, 90 / 90).
+const ROWS4_PREFETCH: usize = 3072;
 
 /// A block's 32 quants in both 256-bit halves of a register (the
 /// two-token kernels' weight operand), unpacked straight into it where the
