@@ -39,6 +39,15 @@ fn main() {
                 ..SamplerParams::default()
             },
         ),
+        (
+            // A ban (as `ignore_eos` sets): the row is copied and adjusted.
+            "default chain, one token banned",
+            SamplerParams {
+                seed: 7,
+                logit_bias: vec![(2, f32::NEG_INFINITY)],
+                ..SamplerParams::default()
+            },
+        ),
         ("greedy", SamplerParams::greedy()),
     ] {
         let mut sampler = Sampler::new(params);
