@@ -598,7 +598,7 @@ unsafe fn expf_rows_avx512(args: &[f32], exps: &mut [f32]) {
 
 /// How many cache rows ahead the decode loops prefetch.
 #[cfg(target_arch = "x86_64")]
-const KV_PREFETCH: usize = 16;
+const KV_PREFETCH: usize = 8;
 
 /// Asks for the cache lines of `x[at..at + len]` if that lies inside `x`
 /// (a row past the end is simply not fetched).
