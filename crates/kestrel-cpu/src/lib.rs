@@ -9,7 +9,7 @@ mod profile;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
@@ -426,20 +426,26 @@ impl CpuModel {
     pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
         // The whole pass runs on a pool worker: its parallel ops then split
         // work in place (the other workers steal it) instead of waking a
-        // worker and putting this thread to sleep for every op.
-        self.pool.install(|| {
-            let done = AtomicBool::new(false);
-            let leader = rayon::current_thread_index();
-            rayon::scope(|s| {
-                for _ in 1..self.pool.current_num_threads() {
-                    s.spawn(|_| keep_warm(&done, leader));
-                }
-                // Set on the way out, by unwinding too: the scope waits
+        // worker and putting this thread to sleep for every op. Always the
+        // first worker: the pass's buffers then come from one thread's
+        // malloc arena, where a pass led by whichever worker took it left
+        // each worker's arena holding a pass's peak (SmolLM2 pp512 peak
+        // RSS 147 or 164 MB from run to run).
+        let done = AtomicBool::new(false);
+        let seqs = Mutex::new(seqs);
+        let mut led = self.pool.broadcast(|ctx| {
+            if ctx.index() == 0 {
+                // Set on the way out, by unwinding too: the broadcast waits
                 // for the spinners, which wait for this.
                 let _finish = SetOnDrop(&done);
-                self.forward_dispatch(seqs)
-            })
-        })
+                let mut seqs = seqs.lock().unwrap_or_else(|e| e.into_inner());
+                Some(self.forward_dispatch(&mut seqs))
+            } else {
+                keep_warm(&done);
+                None
+            }
+        });
+        led.swap_remove(0).expect("the first worker leads the pass")
     }
 
     fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
@@ -755,13 +761,8 @@ impl Drop for SetOnDrop<'_> {
 /// Keeps a pool worker spinning, and taking the pass's parallel work as it
 /// appears, until the pass is `done`: between two ops a parked worker cost
 /// a futex wake-up per op (~12% of a SmolLM2 decode step went to the
-/// scheduler), where ggml's workers spin through a graph. On the leader
-/// (the thread running the pass, which may pick this job up while it waits)
-/// it returns at once, or the pass would never finish.
-fn keep_warm(done: &AtomicBool, leader: Option<usize>) {
-    if rayon::current_thread_index() == leader {
-        return;
-    }
+/// scheduler), where ggml's workers spin through a graph.
+fn keep_warm(done: &AtomicBool) {
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() != Some(rayon::Yield::Executed) {
             std::hint::spin_loop();
