@@ -345,34 +345,30 @@ pub fn argmax(logits: &[f32]) -> u32 {
             .chain(&lanes)
             .fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
     );
-    let mut at = 0;
-    for_each_match(logits, &|l| sanitize(l) == best, |i| {
-        at = i;
-        false
-    });
-    at as u32
+    let is_best = |l: f32| sanitize(l) == best;
+    let (at, chunk) = chunks_matching(logits, is_best)
+        .next()
+        .expect("the maximum is in the row");
+    (at + chunk
+        .iter()
+        .position(|&l| is_best(l))
+        .expect("a match in the chunk")) as u32
 }
 
-/// Calls `f` with the index of every logit that satisfies `pass`, in order,
-/// until `f` returns false. Each chunk of 16 is tested as a whole first,
-/// without branches (the test vectorizes), so chunks without a match cost
-/// a few vector instructions.
-fn for_each_match(logits: &[f32], pass: &impl Fn(f32) -> bool, mut f: impl FnMut(usize) -> bool) {
+/// The chunks of 16 logits (with the index of their first) that hold at
+/// least one logit satisfying `pass`, in order. Each chunk is tested as a
+/// whole, without branches (the test vectorizes), so chunks without a
+/// match cost a few vector instructions.
+fn chunks_matching(
+    logits: &[f32],
+    pass: impl Fn(f32) -> bool,
+) -> impl Iterator<Item = (usize, &[f32])> {
     const L: usize = 16;
-    for (c, chunk) in logits.chunks(L).enumerate() {
-        let mut any = 0u32;
-        for &l in chunk {
-            any |= u32::from(pass(l));
-        }
-        if any == 0 {
-            continue;
-        }
-        for (j, &l) in chunk.iter().enumerate() {
-            if pass(l) && !f(c * L + j) {
-                return;
-            }
-        }
-    }
+    logits
+        .chunks(L)
+        .enumerate()
+        .filter(move |(_, chunk)| chunk.iter().fold(0u32, |any, &l| any | u32::from(pass(l))) != 0)
+        .map(|(c, chunk)| (c * L, chunk))
 }
 
 /// A seed from process-local entropy, for when the user gives none: the standard library's
@@ -595,24 +591,16 @@ fn filtered_candidates(params: &SamplerParams, logits: &[f32]) -> Vec<Candidate>
 /// branches (a write per logit, the count advanced by the test), since
 /// survivors fall at random and a branch per logit mispredicted on each.
 fn candidates_from(logits: &[f32], floor: f32) -> Vec<Candidate> {
-    const L: usize = 16;
     // On the raw logits: NaN fails both tests as its sanitized -inf would,
     // +inf passes both as its sanitized f32::MAX would.
     let pass = |l: f32| l > f32::NEG_INFINITY && l >= floor;
     let mut cands = Vec::new();
-    let mut buf = [Candidate { id: 0, logit: 0.0 }; L];
-    for (c, chunk) in logits.chunks(L).enumerate() {
-        let mut any = 0u32;
-        for &l in chunk {
-            any |= u32::from(pass(l));
-        }
-        if any == 0 {
-            continue;
-        }
+    let mut buf = [Candidate { id: 0, logit: 0.0 }; 16];
+    for (at, chunk) in chunks_matching(logits, pass) {
         let mut n = 0;
         for (j, &l) in chunk.iter().enumerate() {
             buf[n] = Candidate {
-                id: (c * L + j) as u32,
+                id: (at + j) as u32,
                 logit: sanitize(l),
             };
             n += usize::from(pass(l));
