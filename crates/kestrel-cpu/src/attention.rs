@@ -361,13 +361,122 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     let at0 = lo * v_w + kvh * dv;
     for b in 0..dv / 64 {
         let rows = &vc[at0 + 64 * b..];
+        use std::arch::x86_64::{__m256, __m512};
         if WIDE {
             // SAFETY: the caller has AVX-512 F/BW/VL.
-            unsafe { values64_avx512::<H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+            unsafe { values64::<__m512, H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
         } else {
             // SAFETY: the caller has AVX2/FMA/F16C.
-            unsafe { values64_avx2::<H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+            unsafe { values64::<__m256, H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
         }
+    }
+}
+
+/// One register width of [`values64`]: `Block` holds a 64-value block as
+/// f32 lanes (eight AVX2 or four AVX-512 registers). The methods are
+/// inlined into callers that have the width's target features.
+#[cfg(target_arch = "x86_64")]
+trait F16Block: Copy {
+    type Block: Copy + AsRef<[Self]> + AsMut<[Self]>;
+    /// Halves per register.
+    const LANES: usize;
+    unsafe fn zero_block() -> Self::Block;
+    unsafe fn splat(x: f32) -> Self;
+    /// `LANES` f16 values at `p`, widened.
+    unsafe fn load_f16(p: *const u16) -> Self;
+    /// `a * f`, rounded through f16.
+    unsafe fn mul_round(a: Self, f: Self) -> Self;
+    /// `x * w + a` (one fused operation), rounded through f16.
+    unsafe fn fma_round(x: Self, w: Self, a: Self) -> Self;
+    /// `self * s` stored at `p` (`LANES` floats).
+    unsafe fn store_scaled(self, p: *mut f32, s: f32);
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F16Block for std::arch::x86_64::__m256 {
+    type Block = [Self; 8];
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn zero_block() -> Self::Block {
+        // SAFETY (all methods): the caller has AVX2, FMA and F16C; the
+        // pointers cover LANES elements (the callers' contract).
+        unsafe { [std::arch::x86_64::_mm256_setzero_ps(); 8] }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        unsafe { std::arch::x86_64::_mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        use std::arch::x86_64::*;
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn mul_round(a: Self, f: Self) -> Self {
+        use std::arch::x86_64::*;
+        unsafe {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(
+                a, f,
+            )))
+        }
+    }
+    #[inline(always)]
+    unsafe fn fma_round(x: Self, w: Self, a: Self) -> Self {
+        use std::arch::x86_64::*;
+        unsafe {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                _mm256_fmadd_ps(x, w, a),
+            ))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_scaled(self, p: *mut f32, s: f32) {
+        use std::arch::x86_64::*;
+        unsafe { _mm256_storeu_ps(p, _mm256_mul_ps(self, _mm256_set1_ps(s))) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F16Block for std::arch::x86_64::__m512 {
+    type Block = [Self; 4];
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn zero_block() -> Self::Block {
+        // SAFETY (all methods): the caller has AVX-512 F/BW/VL; the
+        // pointers cover LANES elements (the callers' contract).
+        unsafe { [std::arch::x86_64::_mm512_setzero_ps(); 4] }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        unsafe { std::arch::x86_64::_mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        use std::arch::x86_64::*;
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+    #[inline(always)]
+    unsafe fn mul_round(a: Self, f: Self) -> Self {
+        use std::arch::x86_64::*;
+        unsafe {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_mul_ps(
+                a, f,
+            )))
+        }
+    }
+    #[inline(always)]
+    unsafe fn fma_round(x: Self, w: Self, a: Self) -> Self {
+        use std::arch::x86_64::*;
+        unsafe {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                _mm512_fmadd_ps(x, w, a),
+            ))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_scaled(self, p: *mut f32, s: f32) {
+        use std::arch::x86_64::*;
+        unsafe { _mm512_storeu_ps(p, _mm512_mul_ps(self, _mm512_set1_ps(s))) }
     }
 }
 
@@ -376,11 +485,11 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
 /// f16 accumulator is rescaled by its `ms` (where its maximum moved) and
 /// takes `vs` times the value, rounded through f16 after every operation.
 /// Head h's result goes to `dst[h * dv + off..][..64]`, times `inv[h]`.
+/// The caller has the target features of `V`.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn values64_avx2<const H: usize>(
+unsafe fn values64<V: F16Block, const H: usize>(
     rows: &[u16],
     v_w: usize,
     nk: usize,
@@ -390,103 +499,36 @@ unsafe fn values64_avx2<const H: usize>(
     off: usize,
     dv: usize,
 ) {
-    use std::arch::x86_64::*;
-    let round16 = |x: __m256| _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-    let mut acc = [[_mm256_setzero_ps(); 8]; H];
-    for i in 0..nk {
-        let v = &rows[i * v_w..i * v_w + 64];
-        prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
-        // A plain loop: a closure here would be compiled without the
-        // function's target features.
-        let mut x = [_mm256_setzero_ps(); 8];
-        for (c, x) in x.iter_mut().enumerate() {
-            // SAFETY: v holds 64 halves; 8 are read at 8c.
-            *x = unsafe {
-                _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * c) as *const __m128i))
-            };
-        }
-        for (hh, a) in acc.iter_mut().enumerate() {
-            let (ms, vs) = steps[hh * nk + i];
-            if ms != 1.0 {
-                let f = _mm256_set1_ps(ms);
-                for a in a.iter_mut() {
-                    *a = round16(_mm256_mul_ps(*a, f));
+    // SAFETY (the block): the caller has V's features; every pointer below
+    // covers LANES elements of a 64-element slice.
+    unsafe {
+        let mut acc = [V::zero_block(); H];
+        for i in 0..nk {
+            let v = &rows[i * v_w..i * v_w + 64];
+            prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
+            let mut x = V::zero_block();
+            for (c, x) in x.as_mut().iter_mut().enumerate() {
+                *x = V::load_f16(v.as_ptr().add(c * V::LANES));
+            }
+            for (hh, a) in acc.iter_mut().enumerate() {
+                let (ms, vs) = steps[hh * nk + i];
+                if ms != 1.0 {
+                    let f = V::splat(ms);
+                    for a in a.as_mut() {
+                        *a = V::mul_round(*a, f);
+                    }
+                }
+                let w = V::splat(vs);
+                for (a, &x) in a.as_mut().iter_mut().zip(x.as_ref()) {
+                    *a = V::fma_round(x, w, *a);
                 }
             }
-            let w = _mm256_set1_ps(vs);
-            for (a, x) in a.iter_mut().zip(x) {
-                *a = round16(_mm256_fmadd_ps(x, w, *a));
+        }
+        for (hh, a) in acc.iter().enumerate() {
+            let out = &mut dst[hh * dv + off..hh * dv + off + 64];
+            for (c, a) in a.as_ref().iter().enumerate() {
+                a.store_scaled(out.as_mut_ptr().add(c * V::LANES), inv[hh]);
             }
-        }
-    }
-    for (hh, a) in acc.into_iter().enumerate() {
-        let out = &mut dst[hh * dv + off..hh * dv + off + 64];
-        for (c, a) in a.into_iter().enumerate() {
-            // SAFETY: out holds 64 floats; 8 are written at 8c.
-            unsafe {
-                _mm256_storeu_ps(
-                    out.as_mut_ptr().add(8 * c),
-                    _mm256_mul_ps(a, _mm256_set1_ps(inv[hh])),
-                )
-            };
-        }
-    }
-}
-
-/// [`values64_avx2`] over 16 lanes at a time.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn values64_avx512<const H: usize>(
-    rows: &[u16],
-    v_w: usize,
-    nk: usize,
-    steps: &[(f32, f32)],
-    inv: &[f32; H],
-    dst: &mut [f32],
-    off: usize,
-    dv: usize,
-) {
-    use std::arch::x86_64::*;
-    let round16 = |x: __m512| _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-    let mut acc = [[_mm512_setzero_ps(); 4]; H];
-    for i in 0..nk {
-        let v = &rows[i * v_w..i * v_w + 64];
-        prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
-        // A plain loop: a closure here would be compiled without the
-        // function's target features.
-        let mut x = [_mm512_setzero_ps(); 4];
-        for (c, x) in x.iter_mut().enumerate() {
-            // SAFETY: v holds 64 halves; 16 are read at 16c.
-            *x = unsafe {
-                _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * c) as *const __m256i))
-            };
-        }
-        for (hh, a) in acc.iter_mut().enumerate() {
-            let (ms, vs) = steps[hh * nk + i];
-            if ms != 1.0 {
-                let f = _mm512_set1_ps(ms);
-                for a in a.iter_mut() {
-                    *a = round16(_mm512_mul_ps(*a, f));
-                }
-            }
-            let w = _mm512_set1_ps(vs);
-            for (a, x) in a.iter_mut().zip(x) {
-                *a = round16(_mm512_fmadd_ps(x, w, *a));
-            }
-        }
-    }
-    for (hh, a) in acc.into_iter().enumerate() {
-        let out = &mut dst[hh * dv + off..hh * dv + off + 64];
-        for (c, a) in a.into_iter().enumerate() {
-            // SAFETY: out holds 64 floats; 16 are written at 16c.
-            unsafe {
-                _mm512_storeu_ps(
-                    out.as_mut_ptr().add(16 * c),
-                    _mm512_mul_ps(a, _mm512_set1_ps(inv[hh])),
-                )
-            };
         }
     }
 }
