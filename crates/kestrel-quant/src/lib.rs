@@ -626,6 +626,65 @@ mod tests {
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }
 
+    /// Every build of the four-row decode kernel gives each of four
+    /// distinct rows the bits of the portable dot (odd block counts), so a
+    /// kernel that puts two rows in one register cannot swap or mix them.
+    #[test]
+    fn rows4_decode_kernels_keep_each_row_apart() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 50.0 - 20.0
+        };
+        let mut checked = 0;
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
+            for blocks in [1usize, 3, 7, 28] {
+                let n = blocks * 32;
+                let w: Vec<Vec<u8>> = (0..4)
+                    .map(|r| {
+                        // Row 3 all zero weights except one block: lanes
+                        // that pick up another row's sums show at once.
+                        let wf: Vec<f32> = (0..n)
+                            .map(|j| {
+                                if r == 3 && j >= 32 {
+                                    0.0
+                                } else {
+                                    next() / 20.0
+                                }
+                            })
+                            .collect();
+                        let mut q = vec![0u8; bytes_for(ty, n)];
+                        quantize_row(ty, &wf, &mut q);
+                        q
+                    })
+                    .collect();
+                let a = quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>());
+                let want: Vec<u32> = (0..4)
+                    .map(|r| (portable_kernels(ty).vec_dot)(n, &w[r], &a).to_bits())
+                    .collect();
+                for (k, f4) in x86::rows4_kernels(ty).into_iter().enumerate() {
+                    let got = f4([&w[0], &w[1], &w[2], &w[3]], &a).map(f32::to_bits);
+                    assert_eq!(got[..], want[..], "{ty} build #{k} n={n}");
+                    checked += 1;
+                }
+            }
+        }
+        if crate::simd::avx2_available() {
+            assert!(
+                checked >= 5 * 4 * 2,
+                "every format, AVX2's build and one more"
+            );
+        }
+    }
+
     /// The four-row kernels over a prepared group of four tokens (and of its
     /// first two) give every (row, token) the bits of the portable dot, for
     /// odd block counts and rows that differ from each other.

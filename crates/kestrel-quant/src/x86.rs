@@ -243,9 +243,10 @@ entry2!(dot2_q6_k => rows q6_k_vec_dot_rows);
 pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
     let vnni = crate::simd::vnni_available();
     Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide::available() => wide::rows4z_q4_1,
+        (DotPath::VecDot, T::Q5_0) if wide::available() => wide::rows4z_q5_0,
         (DotPath::VecDot, T::Q4_0) if vnni => rows4v_q4_0,
         (DotPath::VecDot, T::Q4_1) if vnni => rows4v_q4_1,
-        (DotPath::VecDot, T::Q5_0) if wide::available() => rows4w_q5_0,
         (DotPath::VecDot, T::Q5_0) if vnni => rows4v_q5_0,
         (DotPath::VecDot, T::Q5_1) if vnni => rows4v_q5_1,
         (DotPath::VecDot, T::Q8_0) if vnni => rows4v_q8_0,
@@ -304,17 +305,6 @@ entry_rows4!(rows4v_q5_0 => vnni Q50);
 entry_rows4!(rows4v_q5_1 => vnni Q51);
 entry_rows4!(rows4v_q8_0 => vnni Q80);
 
-/// Q5_0's four-row decode kernel with AVX-512 BW/VL masks (`Q50Bw`).
-fn rows4w_q5_0(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni,avx512f,avx512bw,avx512vl")]
-    unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        unsafe { legacy_rows::<Q50Bw, VnniLanes, 4>(rows, a) }
-    }
-    // SAFETY: `rows4_dot` hands this out only after `wide::available()`
-    // (AVX2, FMA, F16C, AVX-VNNI and AVX-512).
-    unsafe { body(rows, a) }
-}
-
 /// A build of a format's packed prompt kernels: the preparation they
 /// read, four tokens, eight tokens.
 #[cfg(test)]
@@ -363,8 +353,12 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
         _ => return Vec::new(),
     };
     let mut all = builds(avx2, vnni);
-    if ty == T::Q5_0 && wide::available() {
-        all.push(rows4w_q5_0);
+    if wide::available() {
+        match ty {
+            T::Q4_1 => all.push(wide::rows4z_q4_1),
+            T::Q5_0 => all.push(wide::rows4z_q5_0),
+            _ => {}
+        }
     }
     all
 }

@@ -1,10 +1,12 @@
 //! AVX-512 builds of the legacy formats' several-token kernels (Q4_1,
 //! Q5_0, Q8_0; four or eight tokens, on packed or unpacked rows): one
 //! 512-bit register holds two tokens' eight lanes, so each instruction
-//! serves two tokens where the AVX2 build spends one per token. Each half runs exactly the AVX2 kernel's f32 steps for its token
-//! (the same lanes, the same products, the same fused adds in the same
-//! order), so the results are the same bits; the lib.rs test holds every
-//! build to the portable kernel.
+//! serves two tokens where the AVX2 build spends one per token; and of
+//! the four-row decode kernels of Q4_1 and Q5_0, where one register holds
+//! two rows' lanes. Each half runs exactly the AVX2 kernel's f32 steps for
+//! its token or row (the same lanes, the same products, the same fused
+//! adds in the same order), so the results are the same bits; the lib.rs
+//! tests hold every build to the portable kernel.
 //!
 //! The activations get their own layout (`prepare_*`), 64-byte units so
 //! that each two-token load stays within one cache line:
@@ -22,8 +24,8 @@ use crate::Chunk32;
 
 /// Whether this CPU runs the kernels here (checked once): only on top of
 /// the AVX-VNNI builds (`simd::vnni_available`, so `KESTREL_NO_VNNI=1`
-/// turns both off; the four-row Q5_0 decode kernel takes VEX lane sums);
-/// `KESTREL_NO_AVX512=1` turns off just these, for comparison.
+/// turns both off); `KESTREL_NO_AVX512=1` turns off just these, for
+/// comparison.
 pub(crate) fn available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
@@ -520,3 +522,168 @@ wide_entries!(Q41, dot8_q4_1, dot4p_q4_1, dot8p_q4_1);
 // Q5_0 through its AVX-512 unpacking (`Q50Bw`: the fifth bits by mask).
 wide_entries!(Q50Bw, dot8_q5_0, dot4p_q5_0, dot8p_q5_0);
 wide_entries!(Q80, dot8_q8_0, dot4p_q8_0, dot8p_q8_0);
+
+/// How a format's single-token decode kernel below takes two rows' block
+/// at once: the 32 quants of each as unsigned codes (the weight plus
+/// `ZERO`), row a in the low 256 bits; two rows per instruction where
+/// the VNNI kernel spends one per row.
+trait PairCodes: Legacy {
+    /// The code of a zero weight: the lanes start at -ZERO x the
+    /// activations' four-byte sums, which leaves the exact signed sums.
+    const ZERO: u8;
+    /// The caller passes two whole blocks and enables AVX-512 BW/VL.
+    unsafe fn codes2(a: &[u8], b: &[u8]) -> __m512i;
+}
+
+/// Two rows' 16 nibble bytes (at `at`) as 64 codes: per row the low
+/// nibbles (elements 0..16), then the high (16..32).
+#[inline(always)]
+unsafe fn nibbles2(a: &[u8], b: &[u8], at: usize) -> __m512i {
+    assert!(a.len() >= at + 16 && b.len() >= at + 16, "nibble blocks");
+    // SAFETY: 16 bytes at `at` in each block (checked); AVX-512 is
+    // enabled in every caller.
+    unsafe {
+        let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.as_ptr().add(at) as *const __m128i));
+        let hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr().add(at) as *const __m128i));
+        let x = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        let by4 = 0x0004_0004_0004_0004i64;
+        let shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
+        _mm512_and_si512(_mm512_srlv_epi16(x, shift), _mm512_set1_epi8(0x0f))
+    }
+}
+
+impl PairCodes for Q41 {
+    const ZERO: u8 = 0;
+    #[inline(always)]
+    unsafe fn codes2(a: &[u8], b: &[u8]) -> __m512i {
+        // SAFETY: as the trait method's contract.
+        unsafe { nibbles2(a, b, 4) }
+    }
+}
+
+impl PairCodes for Q50Bw {
+    const ZERO: u8 = 16;
+    /// The nibbles, plus 16 where the block's fifth bit is set (one
+    /// masked add, both rows' `qh` words the mask).
+    #[inline(always)]
+    unsafe fn codes2(a: &[u8], b: &[u8]) -> __m512i {
+        let qh = u64::from(super::qh_at(a, 2)) | (u64::from(super::qh_at(b, 2)) << 32);
+        // SAFETY: as the trait method's contract.
+        unsafe {
+            let nib = nibbles2(a, b, 6);
+            _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(0x10))
+        }
+    }
+}
+
+/// Four weight rows against one token (decode), rows 0 and 1 in one
+/// 512-bit register and rows 2 and 3 in another: each half runs exactly
+/// the one-row kernel's f32 steps for its row (the same exact integer
+/// lanes, the same scale products, the same fused adds in block order,
+/// the same final sum), at half the instructions of the VNNI kernel's
+/// row-by-row loop, which bound single-token decode on this core
+/// (kbench: ~4 cycles per row and block, L2-resident).
+#[inline(always)]
+unsafe fn dot_pairs<F: PairCodes>(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    // Q8_1 activations (d, s, quants) pair with the unsigned format.
+    let ab = if F::SIGNED { 34 } else { 36 };
+    let blocks = rows[0].len() / F::WB;
+    assert!(
+        rows.iter().all(|r| r.len() >= blocks * F::WB),
+        "weight rows"
+    );
+    assert!(a.len() >= blocks * ab, "activation row");
+    // Lanes 0..8 take element 2p of the product vector below, lanes 8..16
+    // element 2p + 1 (signed formats: d0..d3; Q4_1: d0 m0 .. d3 m3, whose
+    // d's sit at 0, 2, 4, 6).
+    let spread = |p: i32| {
+        let (x, y) = if F::SIGNED {
+            (2 * p, 2 * p + 1)
+        } else {
+            (4 * p, 4 * p + 2)
+        };
+        _mm512_set_epi32(y, y, y, y, y, y, y, y, x, x, x, x, x, x, x, x)
+    };
+    let spread = [spread(0), spread(1)];
+    let mut acc = [_mm512_setzero_ps(); 2];
+    // Q4_1's m x s per row, in lanes 1, 3, 5, 7.
+    let mut summs = _mm256_setzero_ps();
+    for i in 0..blocks {
+        let ba = &a[i * ab..(i + 1) * ab];
+        let bw: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][i * F::WB..(i + 1) * F::WB]);
+        // SAFETY: the blocks are whole (sliced above); AVX2, F16C and
+        // AVX-512 F/BW/VL/VNNI are enabled in every caller.
+        unsafe {
+            let act = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                ba.as_ptr().add(ab - 32) as *const __m256i
+            ));
+            let start = if F::ZERO != 0 {
+                let s = _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_set1_epi8(F::ZERO as i8),
+                    act,
+                );
+                _mm512_sub_epi32(_mm512_setzero_si512(), s)
+            } else {
+                _mm512_setzero_si512()
+            };
+            // Each row's d x da rounded as the one-row kernel rounds it.
+            let prod = if F::SIGNED {
+                let h = |r: usize| u64::from(u16::from_le_bytes([bw[r][0], bw[r][1]]));
+                let bits = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+                let d = _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64));
+                let da = super::f16_at(ba, 0);
+                _mm512_castps128_ps512(_mm_mul_ps(d, _mm_set1_ps(da)))
+            } else {
+                let w = |r: usize| {
+                    u64::from(u32::from_le_bytes([bw[r][0], bw[r][1], bw[r][2], bw[r][3]]))
+                };
+                let dm = _mm256_cvtph_ps(_mm_set_epi64x(
+                    (w(2) | w(3) << 32) as i64,
+                    (w(0) | w(1) << 32) as i64,
+                ));
+                let (da, sa) = super::f16x2_at(ba, 0);
+                summs = _mm256_fmadd_ps(dm, _mm256_set1_ps(sa), summs);
+                _mm512_castps256_ps512(_mm256_mul_ps(dm, _mm256_set1_ps(da)))
+            };
+            for p in 0..2 {
+                let q = F::codes2(bw[2 * p], bw[2 * p + 1]);
+                let l = _mm512_dpbusd_epi32(start, q, act);
+                let d = _mm512_permutexvar_ps(spread[p], prod);
+                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), acc[p]);
+            }
+        }
+    }
+    let mut sm = [0f32; 8];
+    // SAFETY: sm holds 8 floats.
+    unsafe { _mm256_storeu_ps(sm.as_mut_ptr(), summs) };
+    let mut out = [0f32; 4];
+    for (p, &v) in acc.iter().enumerate() {
+        let lo = _mm512_castps512_ps256(v);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        for (k, half) in [lo, hi].into_iter().enumerate() {
+            let r = 2 * p + k;
+            let m = if F::SIGNED { 0.0 } else { sm[2 * r + 1] };
+            // SAFETY: AVX2 is enabled in every caller.
+            out[r] = unsafe { hsum_ps(half) } + m;
+        }
+    }
+    out
+}
+
+macro_rules! wide_pairs {
+    ($f:ty, $name:ident) => {
+        pub(crate) fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                unsafe { dot_pairs::<$f>(rows, a) }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(rows, a) }
+        }
+    };
+}
+
+wide_pairs!(Q41, rows4z_q4_1);
+wide_pairs!(Q50Bw, rows4z_q5_0);
