@@ -141,6 +141,22 @@ fn prefill_rates() {
             "{ty} x8 {path:?}: {:.2} GMAC/s ({s})",
             (8 * cols * rows * (reps / 2)) as f64 / dt / 1e9
         );
+        // Four rows against the group at once (batched decode's kernel).
+        if let Some(rows4) = f.rows4 {
+            let row = |r: usize| &w[r * rb..(r + 1) * rb];
+            let t0 = Instant::now();
+            for _ in 0..reps {
+                for r in 0..rows / 4 {
+                    let q = rows / 4;
+                    s += rows4([row(r), row(q + r), row(2 * q + r), row(3 * q + r)], &pre)[0][0];
+                }
+            }
+            let dt = t0.elapsed().as_secs_f64();
+            println!(
+                "{ty} x4 rows4 {path:?}: {:.2} GMAC/s ({s})",
+                (4 * cols * rows * reps) as f64 / dt / 1e9
+            );
+        }
         let Some(unpacked) = f.unpacked else {
             continue;
         };
