@@ -1,8 +1,8 @@
 //! Decode attention alone: `attend_batch` for K sequences of one query
 //! token each at context CTX (SmolLM2's heads: 9 query, 3 KV, 64 wide),
 //! over LAYERS separate caches taken in turn (1: cache-resident; 30: a
-//! step's worth, from memory), on two threads.
-//! usage: CTX=126 K=4 LAYERS=30 cargo run --release -p kestrel-cpu --example abench
+//! step's worth, from memory), on THREADS threads (2).
+//! usage: CTX=126 K=4 LAYERS=30 THREADS=2 cargo run --release -p kestrel-cpu --example abench
 use kestrel_cpu::attention::{attend_batch, AttnItem, AttnShape};
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ fn main() {
         env("LAYERS", 1).max(1),
     );
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
+        .num_threads(env("THREADS", 2))
         .build()
         .expect("thread pool");
     let (nh, nkv, d) = (9usize, 3usize, 64usize);

@@ -102,16 +102,25 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             }
         })
         .collect();
-    // Heads that share a KV head go together, up to a run that still leaves
-    // every worker a few tasks: their value sums interleave (see
-    // [`run_x86`]).
+    // Heads that share a KV head go together, in the longest run that
+    // still gives every worker a task: each key converted once for the
+    // run, and the heads' running maxima, sums and value sums interleaved
+    // (see [`run_x86`]). One head per task while a worker kept four tasks
+    // was slower: batchbench, one sequence at context 136-200, attention
+    // per step, one head / longest run: SmolLM2 (3 heads a KV head) 0.42-
+    // 0.46 / 0.32 ms, Qwen2.5 (7) 0.45-0.61 / 0.34; Gemma-3 (4 heads, one
+    // KV head, so runs of two for two workers) 0.23-0.28 / 0.18-0.20.
     let n_rep = s.n_head / s.n_head_kv;
     let rows: usize = items
         .iter()
         .filter(|it| it.n_tok < TILED_MIN_QUERIES)
         .map(|it| it.n_tok)
         .sum();
-    let run = (rows * s.n_head / (4 * pool.current_num_threads())).clamp(1, n_rep.min(MAX_RUN));
+    let threads = pool.current_num_threads();
+    let run = (1..=n_rep.min(MAX_RUN))
+        .rev()
+        .find(|&r| rows * s.n_head_kv * n_rep.div_ceil(r) >= threads)
+        .unwrap_or(1);
     let mut tasks: Vec<(&AttnItem<'_>, usize, usize, &mut [f32])> = Vec::new();
     let mut work = 0;
     for (it, out) in items.iter().zip(outs.iter_mut()) {
@@ -295,7 +304,17 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // evicted them), and the softmax's exp calls in the same loop held so
     // many instructions per key that few loads were in flight at once.
     let mut dots = vec![0f32; H * nk];
-    for (i, j) in (lo..=p).enumerate() {
+    // With AVX-512, sixteen keys at a time: each key converted once for
+    // all the heads, the query converted once, and the sixteen dot
+    // products reduced together (`dots16_avx512`); the rest key by key.
+    let done = if WIDE && dk.is_multiple_of(32) {
+        // SAFETY: the caller has AVX-512 F/BW/VL; the key rows of lo..=p
+        // are in the cache (the slicing below checks the same rows).
+        unsafe { dots16_avx512::<H>(kc, k_w, kvh * dk, lo, nk, &q16, dk, &mut dots) }
+    } else {
+        0
+    };
+    for (i, j) in (lo..=p).enumerate().skip(done) {
         let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
         prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
         for (hh, qh) in q16.chunks_exact(dk).enumerate() {
@@ -321,42 +340,47 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     }
     let mut steps = vec![(0f32, 0f32); H * nk];
     let mut inv = [0f32; H];
-    let mut args = vec![0f32; nk];
-    let mut rises = vec![false; nk];
-    let mut exps = vec![0f32; nk];
-    for hh in 0..H {
-        let mut m = f32::NEG_INFINITY;
-        for ((a, r), &dot) in args
-            .iter_mut()
-            .zip(rises.iter_mut())
-            .zip(&dots[hh * nk..(hh + 1) * nk])
-        {
-            let sc = dot * s.scale;
-            *r = sc > m;
-            if *r {
-                *a = m - sc;
-                m = sc;
+    let mut args = vec![0f32; H * nk];
+    let mut rises = vec![false; H * nk];
+    let mut exps = vec![0f32; H * nk];
+    // The heads side by side, key by key: each head's running maximum and
+    // running sum are chains of their own (a compare, a fused add per
+    // key), which one head at a time left waiting on their latency.
+    let mut m = [f32::NEG_INFINITY; H];
+    for i in 0..nk {
+        for (hh, m) in m.iter_mut().enumerate() {
+            let k = hh * nk + i;
+            let sc = dots[k] * s.scale;
+            rises[k] = sc > *m;
+            if rises[k] {
+                args[k] = *m - sc;
+                *m = sc;
             } else {
-                *a = sc - m;
+                args[k] = sc - *m;
             }
         }
-        if WIDE {
-            // SAFETY: the caller has AVX-512 F/BW/VL.
-            unsafe { expf_rows_avx512(&args, &mut exps) };
-        } else {
-            exps.iter_mut().zip(&args).for_each(|(e, a)| *e = a.exp());
+    }
+    if WIDE {
+        // SAFETY: the caller has AVX-512 F/BW/VL.
+        unsafe { expf_rows_avx512(&args, &mut exps) };
+    } else {
+        exps.iter_mut().zip(&args).for_each(|(e, a)| *e = a.exp());
+    }
+    let mut sum = [0f32; H];
+    for i in 0..nk {
+        for (hh, sum) in sum.iter_mut().enumerate() {
+            let k = hh * nk + i;
+            let (ms, vs) = if rises[k] {
+                (exps[k], 1.0)
+            } else {
+                (1.0, exps[k])
+            };
+            *sum = sum.mul_add(ms, vs);
+            steps[k] = (ms, vs);
         }
-        let mut sum = 0f32;
-        for ((st, &r), &e) in steps[hh * nk..(hh + 1) * nk]
-            .iter_mut()
-            .zip(&rises)
-            .zip(&exps)
-        {
-            let (ms, vs) = if r { (e, 1.0) } else { (1.0, e) };
-            sum = sum.mul_add(ms, vs);
-            *st = (ms, vs);
-        }
-        inv[hh] = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    }
+    for (inv, &sum) in inv.iter_mut().zip(&sum) {
+        *inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     }
     let at0 = lo * v_w + kvh * dv;
     for b in 0..dv / 64 {
@@ -648,13 +672,19 @@ const KV_PREFETCH: usize = 8;
 #[inline(always)]
 fn prefetch_row(x: &[u16], at: usize, len: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    if at + len <= x.len() {
+    if len > 0 && at + len <= x.len() {
         // Every 64-byte line the row touches, the last one too when the row
-        // does not start on a line boundary.
-        for off in (0..len).step_by(32).chain(std::iter::once(len - 1)) {
+        // does not start on a line boundary. (A plain loop: the iterator
+        // chain this was compiled to a dozen instructions per row.)
+        let p = x.as_ptr().wrapping_add(at) as *const i8;
+        let mut off = 0;
+        while off < len {
             // SAFETY: a prefetch never faults, and the address is inside x.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().add(at + off) as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(2 * off)) };
+            off += 32;
         }
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(2 * (len - 1))) };
     }
 }
 
@@ -710,6 +740,114 @@ unsafe fn f16_dot32_avx512(a: &[u16], b: &[u16]) -> f32 {
     let t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
     let u = _mm_add_ps(t, _mm_movehdup_ps(t));
     _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)))
+}
+
+/// The dot products of `H` heads' f16 queries (`q16`, `dk` each) with the
+/// keys at rows `lo..lo + nk` (offset `off` in rows of `k_w`), sixteen keys
+/// at a time, into `dots[h * nk + i]`; returns how many keys it did (a
+/// multiple of 16, the rest left to the caller). Every key's lanes run
+/// `f16_dot32_avx512`'s steps and its reduction's pairings (the 256-bit
+/// halves, then the 128-bit quarters, then lanes 0 + 1 and 2 + 3, then
+/// those two), done for sixteen keys by shuffles across registers instead
+/// of within each: the same bits at a third of the instructions, with each
+/// key row converted once for all the heads and the query once per call.
+/// The caller has AVX-512 F/BW/VL, `dk` is a multiple of 32 and the key
+/// rows are within `kc`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dots16_avx512<const H: usize>(
+    kc: &[u16],
+    k_w: usize,
+    off: usize,
+    lo: usize,
+    nk: usize,
+    q16: &[u16],
+    dk: usize,
+    dots: &mut [f32],
+) -> usize {
+    use std::arch::x86_64::*;
+    assert!(dk.is_multiple_of(32) && q16.len() == H * dk && dots.len() == H * nk);
+    let blocks = nk / 16;
+    if blocks == 0 {
+        return 0;
+    }
+    assert!(
+        (lo + 16 * blocks - 1) * k_w + off + dk <= kc.len(),
+        "key rows"
+    );
+    // SAFETY (the block): the asserts above cover every load and store;
+    // the caller has AVX-512 F/BW/VL.
+    unsafe {
+        let qf: Vec<__m512> = q16
+            .chunks_exact(16)
+            .map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(c.as_ptr() as *const __m256i)))
+            .collect();
+        let steps = dk / 32;
+        // Lane 4c + e of the reduction holds key 4e + c.
+        let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        // Each key's two accumulators added, for every head.
+        let mut pairs = [[_mm512_setzero_ps(); H]; 16];
+        for b in 0..blocks {
+            for (kk, pk) in pairs.iter_mut().enumerate() {
+                let j = lo + 16 * b + kk;
+                let key = kc.as_ptr().add(j * k_w + off);
+                prefetch_row(kc, (j + KV_PREFETCH) * k_w + off, dk);
+                let mut acc = [[_mm512_setzero_ps(); 2]; H];
+                for st in 0..steps {
+                    let klo =
+                        _mm512_cvtph_ps(_mm256_loadu_si256(key.add(32 * st) as *const __m256i));
+                    let khi = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        key.add(32 * st + 16) as *const __m256i
+                    ));
+                    for (hh, a) in acc.iter_mut().enumerate() {
+                        let q = &qf[hh * 2 * steps + 2 * st..];
+                        a[0] = _mm512_fmadd_ps(klo, q[0], a[0]);
+                        a[1] = _mm512_fmadd_ps(khi, q[1], a[1]);
+                    }
+                }
+                for (p, a) in pk.iter_mut().zip(&acc) {
+                    *p = _mm512_add_ps(a[0], a[1]);
+                }
+            }
+            for (hh, row) in dots.chunks_exact_mut(nk).enumerate() {
+                let p: [__m512; 16] = std::array::from_fn(|k| pairs[k][hh]);
+                // Halves: [key 2m's 8 | key 2m+1's 8].
+                let v: [__m512; 8] = std::array::from_fn(|m| {
+                    let (x, y) = (p[2 * m], p[2 * m + 1]);
+                    _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0b01_00_01_00>(x, y),
+                        _mm512_shuffle_f32x4::<0b11_10_11_10>(x, y),
+                    )
+                });
+                // Quarters: keys 4m .. 4m + 3, four lanes each.
+                let w: [__m512; 4] = std::array::from_fn(|m| {
+                    let (x, y) = (v[2 * m], v[2 * m + 1]);
+                    _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+                        _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+                    )
+                });
+                // Lanes 0 + 1 and 2 + 3, then those two.
+                let z: [__m512; 2] = std::array::from_fn(|n| {
+                    let (x, y) = (w[2 * n], w[2 * n + 1]);
+                    _mm512_add_ps(
+                        _mm512_shuffle_ps::<0b10_00_10_00>(x, y),
+                        _mm512_shuffle_ps::<0b11_01_11_01>(x, y),
+                    )
+                });
+                let r = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0b10_00_10_00>(z[0], z[1]),
+                    _mm512_shuffle_ps::<0b11_01_11_01>(z[0], z[1]),
+                );
+                _mm512_storeu_ps(
+                    row.as_mut_ptr().add(16 * b),
+                    _mm512_permutexvar_ps(order, r),
+                );
+            }
+        }
+    }
+    16 * blocks
 }
 
 /// Attention of query row `t`, head `h`, into `dst` (head_dim_v values), in
