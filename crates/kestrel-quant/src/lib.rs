@@ -626,18 +626,24 @@ mod tests {
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }
 
+    /// Values in [-20, 20] in steps of 1/50 from an xorshift seeded with
+    /// `seed`.
+    fn values(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 50.0 - 20.0
+        }
+    }
+
     /// Every build of the four-row decode kernel gives each of four
     /// distinct rows the bits of the portable dot (odd block counts), so a
     /// kernel that puts two rows in one register cannot swap or mix them.
     #[test]
     fn rows4_decode_kernels_keep_each_row_apart() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 2001) as f32 / 50.0 - 20.0
-        };
+        let mut next = values(0x9e37_79b9_7f4a_7c15);
         let mut checked = 0;
         for ty in [
             GgmlType::Q4_0,
@@ -690,13 +696,7 @@ mod tests {
     /// odd block counts and rows that differ from each other.
     #[test]
     fn rows4x4_kernels_equal_portable_bit_for_bit() {
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 2001) as f32 / 50.0 - 20.0
-        };
+        let mut next = values(0x2545_f491_4f6c_dd1d);
         let mut checked = 0;
         for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
             let Some(rows4) =

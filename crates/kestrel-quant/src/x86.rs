@@ -747,6 +747,22 @@ impl Legacy for Q80 {
     }
 }
 
+/// A several-row legacy-format decode call's block count (the first row's)
+/// and activation block bytes (Q8_1's 36 with the unsigned formats, else
+/// Q8_0's 34), once checked against every row and the activation row: one
+/// check stands for the kernel's reads.
+#[inline(always)]
+fn legacy_shape<F: Legacy>(rows: &[&[u8]], a: &[u8]) -> (usize, usize) {
+    let ab = if F::SIGNED { 34 } else { 36 };
+    let blocks = rows[0].len() / F::WB;
+    assert!(
+        rows.iter().all(|r| r.len() >= blocks * F::WB),
+        "weight rows"
+    );
+    assert!(a.len() >= blocks * ab, "activation row");
+    (blocks, ab)
+}
+
 /// A legacy-format dot of `N` weight rows against one activation row
 /// (decode): each row's f32 steps are its one-row kernel's, while the
 /// activation block and its scale are loaded once for all rows.
@@ -757,14 +773,7 @@ impl Legacy for Q80 {
 /// `VnniLanes`).
 #[inline(always)]
 unsafe fn legacy_rows<F: Legacy, L: Lanes, const N: usize>(rows: [&[u8]; N], a: &[u8]) -> [f32; N] {
-    // Q8_1 activations (scale, sum, quants) pair with the unsigned formats.
-    let ab = if F::SIGNED { 34 } else { 36 };
-    let blocks = rows[0].len() / F::WB;
-    assert!(
-        rows.iter().all(|r| r.len() >= blocks * F::WB),
-        "weight rows"
-    );
-    assert!(a.len() >= blocks * ab, "activation row");
+    let (blocks, ab) = legacy_shape::<F>(&rows, a);
     let starts = rows.map(|r| r.as_ptr());
     let mut acc = [_mm256_setzero_ps(); N];
     let mut summs = [0f32; N];

@@ -591,14 +591,7 @@ impl PairCodes for Q50Bw {
 /// (kbench: ~4 cycles per row and block, L2-resident).
 #[inline(always)]
 unsafe fn dot_pairs<F: PairCodes>(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-    // Q8_1 activations (d, s, quants) pair with the unsigned format.
-    let ab = if F::SIGNED { 34 } else { 36 };
-    let blocks = rows[0].len() / F::WB;
-    assert!(
-        rows.iter().all(|r| r.len() >= blocks * F::WB),
-        "weight rows"
-    );
-    assert!(a.len() >= blocks * ab, "activation row");
+    let (blocks, ab) = super::legacy_shape::<F>(&rows, a);
     // Lanes 0..8 take element 2p of the product vector below, lanes 8..16
     // element 2p + 1 (signed formats: d0..d3; Q4_1: d0 m0 .. d3 m3, whose
     // d's sit at 0, 2, 4, 6).
