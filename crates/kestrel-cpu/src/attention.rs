@@ -346,17 +346,28 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // The heads side by side, key by key: each head's running maximum and
     // running sum are chains of their own (a compare, a fused add per
     // key), which one head at a time left waiting on their latency.
-    let mut m = [f32::NEG_INFINITY; H];
-    for i in 0..nk {
-        for (hh, m) in m.iter_mut().enumerate() {
-            let k = hh * nk + i;
-            let sc = dots[k] * s.scale;
-            rises[k] = sc > *m;
-            if rises[k] {
-                args[k] = *m - sc;
-                *m = sc;
-            } else {
-                args[k] = sc - *m;
+    if WIDE {
+        for ((d, a), r) in dots
+            .chunks_exact(nk)
+            .zip(args.chunks_exact_mut(nk))
+            .zip(rises.chunks_exact_mut(nk))
+        {
+            // SAFETY: the caller has AVX-512 F/BW/VL.
+            unsafe { running_max_avx512(d, s.scale, a, r) };
+        }
+    } else {
+        let mut m = [f32::NEG_INFINITY; H];
+        for i in 0..nk {
+            for (hh, m) in m.iter_mut().enumerate() {
+                let k = hh * nk + i;
+                let sc = dots[k] * s.scale;
+                rises[k] = sc > *m;
+                if rises[k] {
+                    args[k] = *m - sc;
+                    *m = sc;
+                } else {
+                    args[k] = sc - *m;
+                }
             }
         }
     }
@@ -553,6 +564,74 @@ unsafe fn values64<V: F16Block, const H: usize>(
             for (c, a) in a.as_ref().iter().enumerate() {
                 a.store_scaled(out.as_mut_ptr().add(c * V::LANES), inv[hh]);
             }
+        }
+    }
+}
+
+/// The softmax's first pass for one head, sixteen keys at a time: each
+/// score (`dot * scale`), whether it rises above the running maximum
+/// before it, and its exponent argument (`max - score` where it rises,
+/// else `score - max`), exactly as the key-by-key loop: the maximum before
+/// each key comes from a prefix maximum in four shift-and-max steps, the
+/// earlier value kept on ties (so a -0 and a +0 keep the first, as the
+/// compare does) and a NaN score never taken (it never rises).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn running_max_avx512(dots: &[f32], scale: f32, args: &mut [f32], rises: &mut [bool]) {
+    use std::arch::x86_64::*;
+    let n = dots.len();
+    assert!(
+        args.len() == n && rises.len() == n,
+        "one argument per score"
+    );
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    // Lane i takes lane i - s (lanes below s: -inf).
+    let back = |s: i32| {
+        (
+            _mm512_sub_epi32(lanes, _mm512_set1_epi32(s)),
+            !((1u16 << s) - 1),
+        )
+    };
+    let shifts = [back(1), back(2), back(4), back(8)];
+    let mut m = f32::NEG_INFINITY;
+    let whole = n / 16 * 16;
+    for c in (0..whole).step_by(16) {
+        // SAFETY: c + 16 <= n for all three slices (asserted lengths).
+        unsafe {
+            let sc = _mm512_mul_ps(_mm512_loadu_ps(dots.as_ptr().add(c)), _mm512_set1_ps(scale));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(sc, sc);
+            // `max_ps(later, earlier)` returns `earlier` on ties.
+            let mut p = _mm512_mask_mov_ps(sc, nan, ninf);
+            for &(idx, keep) in &shifts {
+                p = _mm512_max_ps(p, _mm512_mask_permutexvar_ps(ninf, keep, idx, p));
+            }
+            let (idx1, keep1) = shifts[0];
+            let before = _mm512_max_ps(
+                _mm512_mask_permutexvar_ps(ninf, keep1, idx1, p),
+                _mm512_set1_ps(m),
+            );
+            let rise = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(sc, before);
+            let a = _mm512_mask_mov_ps(_mm512_sub_ps(sc, before), rise, _mm512_sub_ps(before, sc));
+            _mm512_storeu_ps(args.as_mut_ptr().add(c), a);
+            let flags = _mm_and_si128(_mm_movm_epi8(rise), _mm_set1_epi8(1));
+            // A bool is one byte, 0 or 1.
+            _mm_storeu_si128(rises.as_mut_ptr().add(c) as *mut __m128i, flags);
+            let last = _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), p));
+            if last > m {
+                m = last;
+            }
+        }
+    }
+    for k in whole..n {
+        let sc = dots[k] * scale;
+        rises[k] = sc > m;
+        if rises[k] {
+            args[k] = m - sc;
+            m = sc;
+        } else {
+            args[k] = sc - m;
         }
     }
 }
@@ -1464,6 +1543,75 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The vector first softmax pass against the key-by-key loop on scores
+    /// with ties of equal values and of -0/+0, NaN, infinities and every
+    /// tail length: the same arguments (bits) and rises.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn running_max_avx512_equals_the_key_by_key_pass() {
+        if !kestrel_quant::avx512_in_use() {
+            eprintln!("no AVX-512 here: nothing to compare");
+            return;
+        }
+        let mut st = 0x1234_5678u32;
+        let specials = [
+            0.0f32,
+            -0.0,
+            1.5,
+            1.5,
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -3.0,
+        ];
+        // Also runs of signed zeros after a negative start: the maximum is
+        // a zero that ties with the other, and which one it keeps shows in
+        // the sign of the next arguments.
+        let zeros = [-0.0f32, 0.0];
+        for (n, zero_runs) in (0..70)
+            .map(|n| (n, false))
+            .chain((1..40).map(|n| (n, true)))
+        {
+            let dots: Vec<f32> = (0..n)
+                .map(|k| {
+                    st ^= st << 13;
+                    st ^= st >> 17;
+                    st ^= st << 5;
+                    if zero_runs {
+                        if k == 0 {
+                            -1.0
+                        } else {
+                            zeros[(st >> 8) as usize % 2]
+                        }
+                    } else if st.is_multiple_of(3) {
+                        specials[(st >> 8) as usize % specials.len()]
+                    } else {
+                        (st % 1000) as f32 / 100.0 - 5.0
+                    }
+                })
+                .collect();
+            let scale = 0.7;
+            let (mut want_a, mut want_r) = (vec![0f32; n], vec![false; n]);
+            let mut m = f32::NEG_INFINITY;
+            for k in 0..n {
+                let sc = dots[k] * scale;
+                want_r[k] = sc > m;
+                if want_r[k] {
+                    want_a[k] = m - sc;
+                    m = sc;
+                } else {
+                    want_a[k] = sc - m;
+                }
+            }
+            let (mut a, mut r) = (vec![0f32; n], vec![false; n]);
+            // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected above.
+            unsafe { running_max_avx512(&dots, scale, &mut a, &mut r) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&want_a), "arguments, n = {n}: {dots:?}");
+            assert_eq!(r, want_r, "rises, n = {n}");
         }
     }
 
