@@ -624,16 +624,38 @@ unsafe fn running_max_avx512(dots: &[f32], scale: f32, args: &mut [f32], rises: 
             }
         }
     }
-    for k in whole..n {
-        let sc = dots[k] * scale;
-        rises[k] = sc > m;
-        if rises[k] {
-            args[k] = m - sc;
+    running_max_from(
+        m,
+        &dots[whole..],
+        scale,
+        &mut args[whole..],
+        &mut rises[whole..],
+    );
+}
+
+/// The softmax's first pass key by key, from running maximum `m`: each
+/// score `dot * scale`, whether it rises above the maximum before it, and
+/// its exponent argument (`max - score` where it rises, else
+/// `score - max`); returns the maximum after the last.
+#[cfg(target_arch = "x86_64")]
+fn running_max_from(
+    mut m: f32,
+    dots: &[f32],
+    scale: f32,
+    args: &mut [f32],
+    rises: &mut [bool],
+) -> f32 {
+    for ((&dot, a), r) in dots.iter().zip(args.iter_mut()).zip(rises.iter_mut()) {
+        let sc = dot * scale;
+        *r = sc > m;
+        if *r {
+            *a = m - sc;
             m = sc;
         } else {
-            args[k] = sc - m;
+            *a = sc - m;
         }
     }
+    m
 }
 
 /// glibc's `expf` (its FMA build, which this CPU's libm runs; the
@@ -1595,17 +1617,7 @@ mod tests {
                 .collect();
             let scale = 0.7;
             let (mut want_a, mut want_r) = (vec![0f32; n], vec![false; n]);
-            let mut m = f32::NEG_INFINITY;
-            for k in 0..n {
-                let sc = dots[k] * scale;
-                want_r[k] = sc > m;
-                if want_r[k] {
-                    want_a[k] = m - sc;
-                    m = sc;
-                } else {
-                    want_a[k] = sc - m;
-                }
-            }
+            running_max_from(f32::NEG_INFINITY, &dots, scale, &mut want_a, &mut want_r);
             let (mut a, mut r) = (vec![0f32; n], vec![false; n]);
             // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected above.
             unsafe { running_max_avx512(&dots, scale, &mut a, &mut r) };
