@@ -346,22 +346,31 @@ trait Unpack2: Legacy {
 }
 
 impl Unpack2 for Q41 {
-    /// The 16 nibble bytes in all four 128-bit lanes, lanes 1 and 3 shifted
-    /// down by 4 as 16-bit words (the mask drops what crosses a byte): low
-    /// nibbles (elements 0..16), high nibbles (16..32), twice; two
-    /// instructions after the load instead of five.
+    /// The 16 nibble bytes in all four 128-bit lanes, split
+    /// (`split_nibbles`): low nibbles (elements 0..16), high nibbles
+    /// (16..32), twice; two instructions after the load instead of five.
     #[inline(always)]
     unsafe fn unpack2(bw: &[u8]) -> __m512i {
         assert!(bw.len() >= 20, "Q4_1 block");
         // SAFETY: 16 bytes at 4 are within the block (checked); AVX-512
         // is enabled in every caller.
         unsafe {
-            let x = _mm512_broadcast_i32x4(_mm_loadu_si128(bw.as_ptr().add(4) as *const __m128i));
-            let by4 = 0x0004_0004_0004_0004i64;
-            let shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
-            _mm512_and_si512(_mm512_srlv_epi16(x, shift), _mm512_set1_epi8(0x0f))
+            split_nibbles(_mm512_broadcast_i32x4(_mm_loadu_si128(
+                bw.as_ptr().add(4) as *const __m128i
+            )))
         }
     }
+}
+
+/// Nibble bytes in each 128-bit lane to codes: lanes 0 and 2 keep their
+/// low nibbles, lanes 1 and 3 their high ones (shifted down by 4 as 16-bit
+/// words; the mask drops what crosses a byte).
+#[inline(always)]
+unsafe fn split_nibbles(x: __m512i) -> __m512i {
+    let by4 = 0x0004_0004_0004_0004i64;
+    let shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
+    // SAFETY: AVX-512 F/BW are enabled in every caller.
+    unsafe { _mm512_and_si512(_mm512_srlv_epi16(x, shift), _mm512_set1_epi8(0x0f)) }
 }
 
 impl Unpack2 for Q50Bw {}
@@ -551,10 +560,7 @@ unsafe fn nibbles2(a: &[u8], b: &[u8], at: usize) -> __m512i {
     unsafe {
         let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.as_ptr().add(at) as *const __m128i));
         let hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr().add(at) as *const __m128i));
-        let x = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-        let by4 = 0x0004_0004_0004_0004i64;
-        let shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
-        _mm512_and_si512(_mm512_srlv_epi16(x, shift), _mm512_set1_epi8(0x0f))
+        split_nibbles(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi))
     }
 }
 
