@@ -424,6 +424,21 @@ impl CpuModel {
     /// sequence gets the same bits batched as alone. The caller keeps every
     /// sequence non-empty and within its cache, as for [`CpuModel::forward`].
     pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+        self.forward_batch_map(seqs, |_, logits| logits)
+    }
+
+    /// [`CpuModel::forward_batch`], then `each(i, logits)` for every
+    /// sequence `i`, in parallel on the pool within the same hand-off, and
+    /// the results in order. A server's sampling goes here: after the pass
+    /// returned it ran on the calling thread, one sequence after another,
+    /// with the workers idle (`kestrel serve`, four streams: about 180 us
+    /// from one pass's end to the next one's start, 70-78 with the draws in
+    /// here, which two workers share).
+    pub fn forward_batch_map<R, F>(&self, seqs: &mut [SeqInput<'_>], each: F) -> Vec<R>
+    where
+        R: Send,
+        F: Fn(usize, Vec<f32>) -> R + Sync,
+    {
         // The whole pass runs on a pool worker: its parallel ops then split
         // work in place (the other workers steal it) instead of waking a
         // worker and putting this thread to sleep for every op. Always the
@@ -439,7 +454,20 @@ impl CpuModel {
                 // for the spinners, which wait for this.
                 let _finish = SetOnDrop(&done);
                 let mut seqs = seqs.lock().unwrap_or_else(|e| e.into_inner());
-                Some(self.forward_dispatch(&mut seqs))
+                let logits = self.forward_dispatch(&mut seqs);
+                Some(if logits.len() > 1 {
+                    logits
+                        .into_par_iter()
+                        .enumerate()
+                        .map(|(i, l)| each(i, l))
+                        .collect()
+                } else {
+                    logits
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, l)| each(i, l))
+                        .collect()
+                })
             } else {
                 keep_warm(&done);
                 None

@@ -28,6 +28,7 @@
 //! [`CpuModel::forward_batch`]: kestrel_cpu::CpuModel::forward_batch
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use kestrel_cpu::attention::TILED_MIN_QUERIES;
@@ -339,33 +340,55 @@ impl<'e> Batch<'e> {
             return Vec::new();
         }
 
-        let mut inputs: Vec<SeqInput<'_>> = self
-            .slots
-            .iter_mut()
-            .zip(&feed)
-            .filter_map(|(s, f)| {
-                let (from, to) = (*f)?;
-                let q = s.seq.as_ref()?;
-                let Store::Cpu(cache) = &mut s.cache else {
-                    return None;
-                };
-                Some(SeqInput {
-                    tokens: &q.history[from..to],
-                    pos0: from,
-                    cache,
-                    logits: Logits::Last,
-                })
-            })
-            .collect();
-        let logits = self.engine.model.forward_batch(&mut inputs);
+        // Each fed sequence's input and, where this step ends its prompt or
+        // decodes, its draw: sampled inside the pass's hand-off to the pool
+        // (see `forward_batch_map`), a sequence at a time on the workers.
+        let mut inputs: Vec<SeqInput<'_>> = Vec::new();
+        let mut draws: Vec<Mutex<Option<Draw<'_>>>> = Vec::new();
+        for (s, f) in self.slots.iter_mut().zip(&feed) {
+            let (Some((from, to)), Some(q), Store::Cpu(cache)) = (*f, s.seq.as_mut(), &mut s.cache)
+            else {
+                continue;
+            };
+            let Seq {
+                history,
+                sampler,
+                params,
+                prompt_len,
+                ..
+            } = q;
+            let history: &[u32] = history;
+            let at_limit =
+                params.n_predict >= 0 && (history.len() - *prompt_len) as i64 >= params.n_predict;
+            let draws_now = to == history.len() && !at_limit;
+            inputs.push(SeqInput {
+                tokens: &history[from..to],
+                pos0: from,
+                cache,
+                logits: Logits::Last,
+            });
+            draws.push(Mutex::new(draws_now.then_some(Draw {
+                sampler,
+                history,
+                n_probs: params.n_probs,
+            })));
+        }
+        let drawn = self
+            .engine
+            .model
+            .forward_batch_map(&mut inputs, |i, logits| {
+                let mut draw = draws[i].lock().unwrap_or_else(|e| e.into_inner());
+                draw.as_mut().map(|d| d.take(&logits))
+            });
         drop(inputs);
+        drop(draws);
 
         let mut done = Vec::new();
         let fed = feed
             .iter()
             .enumerate()
             .filter_map(|(i, f)| f.map(|(from, to)| (i, from, to)));
-        for ((i, from, to), logits) in fed.zip(logits) {
+        for ((i, from, to), drawn) in fed.zip(drawn) {
             let slot = &mut self.slots[i];
             let q = slot.seq.as_mut().expect("planned");
             slot.cached.truncate(from);
@@ -377,7 +400,12 @@ impl<'e> Batch<'e> {
             if q.prompt_done.is_none() {
                 q.prompt_done = Some(Instant::now());
             }
-            if let Some(reason) = next_token(self.engine, q, &logits) {
+            // No draw at the end of the prompt or later: the limit was reached.
+            let reason = match drawn {
+                Some((token, lp)) => accept(self.engine, q, token, lp),
+                None => Some(StopReason::Length),
+            };
+            if let Some(reason) = reason {
                 let seq = slot.seq.take().expect("running");
                 done.push((seq.id, Ok(finish(slot, seq, reason))));
             }
@@ -563,15 +591,20 @@ fn chunk_end(from: usize, len: usize, chunk: usize) -> usize {
 
 /// Samples and emits a sequence's next token from `logits`, exactly as
 /// [`Engine::generate`]'s loop does; returns why it ends, if it does.
-fn next_token(engine: &Engine, q: &mut Seq<'_>, logits: &[f32]) -> Option<StopReason> {
-    let p = &q.params;
-    let limit = |h: &[u32]| p.n_predict >= 0 && (h.len() - q.prompt_len) as i64 >= p.n_predict;
-    if limit(&q.history) {
-        return Some(StopReason::Length);
+/// What a sequence needs to draw its next token from a step's logits.
+struct Draw<'a> {
+    sampler: &'a mut Sampler,
+    history: &'a [u32],
+    n_probs: usize,
+}
+
+impl Draw<'_> {
+    /// The token and, when asked for, its logprobs.
+    fn take(&mut self, logits: &[f32]) -> (u32, Option<TokenLogprobs>) {
+        let token = self.sampler.sample_with_history(logits, self.history);
+        let lp = (self.n_probs > 0).then(|| logprobs(logits, token, self.n_probs));
+        (token, lp)
     }
-    let token = q.sampler.sample_with_history(logits, &q.history);
-    let lp = (p.n_probs > 0).then(|| logprobs(logits, token, p.n_probs));
-    accept(engine, q, token, lp)
 }
 
 /// Takes a sequence's next token (sampled on the host or on the device):
