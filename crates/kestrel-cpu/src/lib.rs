@@ -442,14 +442,17 @@ impl CpuModel {
         // The whole pass runs on a pool worker: its parallel ops then split
         // work in place (the other workers steal it) instead of waking a
         // worker and putting this thread to sleep for every op. Always the
-        // first worker: the pass's buffers then come from one thread's
+        // same worker: the pass's buffers then come from one thread's
         // malloc arena, where a pass led by whichever worker took it left
         // each worker's arena holding a pass's peak (SmolLM2 pp512 peak
-        // RSS 147 or 164 MB from run to run).
+        // RSS 147 or 164 MB from run to run). That is the first worker, or
+        // the caller when it is one of this pool's workers (see
+        // [`CpuModel::install`]): it leads without waiting for a hand-off.
+        let leader = self.pool.current_thread_index().unwrap_or(0);
         let done = AtomicBool::new(false);
         let seqs = Mutex::new(seqs);
         let mut led = self.pool.broadcast(|ctx| {
-            if ctx.index() == 0 {
+            if ctx.index() == leader {
                 // Set on the way out, by unwinding too: the broadcast waits
                 // for the spinners, which wait for this.
                 let _finish = SetOnDrop(&done);
@@ -473,7 +476,16 @@ impl CpuModel {
                 None
             }
         });
-        led.swap_remove(0).expect("the first worker leads the pass")
+        led.swap_remove(leader)
+            .expect("the leading worker returns the pass")
+    }
+
+    /// Runs `f` on a worker of the model's pool. A caller that runs its
+    /// passes from there (a server's batching loop) starts each pass at
+    /// once: from another thread, a pass waited for a sleeping worker to
+    /// wake and take it, 50-110 us a step in `kestrel serve` in this VM.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
     }
 
     fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {

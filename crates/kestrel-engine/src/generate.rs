@@ -287,16 +287,21 @@ impl Engine {
             std::thread::scope(|s| {
                 let (requests, worker_requests) = channel::<(u32, usize)>();
                 let (worker_results, results) = channel();
+                // The passes start on a worker of the model's pool, which
+                // then leads them without a hand-off (see `CpuModel::install`).
                 s.spawn(move || {
-                    let mut cache = cache;
-                    for (token, pos) in worker_requests {
-                        let logits = model.forward(&[token], pos, &mut cache, Logits::Last);
-                        // The receiver is gone when generation ended while this
-                        // (speculative) pass ran: its logits are not needed.
-                        if worker_results.send(logits).is_err() {
-                            break;
+                    model.install(move || {
+                        let mut cache = cache;
+                        for (token, pos) in worker_requests {
+                            let logits = model.forward(&[token], pos, &mut cache, Logits::Last);
+                            // The receiver is gone when generation ended while
+                            // this (speculative) pass ran: its logits are not
+                            // needed.
+                            if worker_results.send(logits).is_err() {
+                                break;
+                            }
                         }
-                    }
+                    })
                 });
                 let mut forward = Forward::Worker { requests, results };
                 // Dropping `forward` at the end of this closure closes the

@@ -184,11 +184,18 @@ pub fn run(
     eprintln!("model loaded: {slots} slots of {n_ctx} tokens; ready");
     let _ = loaded.send(Ok(()));
     let engine = &l.engine;
-    let new_batch = || match &gpu_model {
-        Some(m) => Batch::on_gpu(engine, m, slots, n_ctx, PROMPT_CHUNK),
-        None => Ok(Batch::new(engine, slots, n_ctx, PROMPT_CHUNK)),
-    };
-    serve_jobs(&shared, &jobs, &new_batch);
+    match &gpu_model {
+        Some(m) => serve_jobs(&shared, &jobs, &|| {
+            Batch::on_gpu(engine, m, slots, n_ctx, PROMPT_CHUNK)
+        }),
+        // On a worker of the model's pool: each step's pass then starts on
+        // this thread instead of waiting for a worker to wake and take it.
+        None => engine.model.install(move || {
+            serve_jobs(&shared, &jobs, &|| {
+                Ok(Batch::new(engine, slots, n_ctx, PROMPT_CHUNK))
+            })
+        }),
+    }
 }
 
 /// Reports a model that could not be loaded (to `/health` and to `serve`).
