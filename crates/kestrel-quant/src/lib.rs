@@ -651,16 +651,18 @@ mod tests {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q6_K,
         ] {
+            let per = ty.block_size();
             for blocks in [1usize, 3, 7, 28] {
-                let n = blocks * 32;
+                let n = blocks * per;
                 let w: Vec<Vec<u8>> = (0..4)
                     .map(|r| {
                         // Row 3 all zero weights except one block: lanes
                         // that pick up another row's sums show at once.
                         let wf: Vec<f32> = (0..n)
                             .map(|j| {
-                                if r == 3 && j >= 32 {
+                                if r == 3 && j >= per {
                                     0.0
                                 } else {
                                     next() / 20.0
@@ -685,8 +687,8 @@ mod tests {
         }
         if crate::simd::avx2_available() {
             assert!(
-                checked >= 5 * 4 * 2,
-                "every format, AVX2's build and one more"
+                checked >= 5 * 4 * 2 + 4,
+                "every format, AVX2's build and one more; Q6_K's AVX2 build"
             );
         }
     }

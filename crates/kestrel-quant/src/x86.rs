@@ -256,6 +256,7 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
         (DotPath::VecDot, T::Q5_1) => rows4_q5_1,
         (DotPath::VecDot, T::Q8_0) => rows4_q8_0,
         (DotPath::RepackGemv, T::Q4_K) => rows4_q4_k_gemv,
+        (DotPath::VecDot, T::Q6_K) if wide::available() => wide::rows4z_q6_k,
         (DotPath::VecDot, T::Q6_K) => rows4_q6_k,
         _ => return None,
     })
@@ -344,6 +345,13 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
 /// (AVX2's; AVX-VNNI's where detected), for the tests.
 #[cfg(test)]
 pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
+    if ty == T::Q6_K {
+        let mut all: Vec<VecDotRows4Fn> = vec![rows4_q6_k];
+        if wide::available() {
+            all.push(wide::rows4z_q6_k);
+        }
+        return all;
+    }
     let (avx2, vnni): (VecDotRows4Fn, VecDotRows4Fn) = match ty {
         T::Q4_0 => (rows4_q4_0, rows4v_q4_0),
         T::Q4_1 => (rows4_q4_1, rows4v_q4_1),
@@ -1210,8 +1218,14 @@ unsafe fn q6_k_vec_dot(w: &[u8], a: &[u8]) -> f32 {
     unsafe { hsum_ps(acc) }
 }
 
-/// Blocks ahead that the several-row Q6_K kernel asks for.
-const Q6K_PREFETCH: usize = 2;
+/// Blocks ahead that the several-row Q6_K kernels ask for: 2.5 KiB, about
+/// the legacy kernels' distance (`wide::ROWS4_PREFETCH`). Two blocks (420
+/// bytes) left decode's Q6_K products short of the bandwidth the others
+/// reach (Qwen2.5, `kestrel profile`: Q6_K 23-27 GB/s against Q5_0's
+/// 32-41): a Qwen2.5 ffn_down-shaped product (896 x 24 rows of 4864, two
+/// threads) read 17-29 GB/s at 2 blocks, 32-37 at 6, 36-47 at 12 (one
+/// run each, alternated, three rounds), and 24 was slower again.
+const Q6K_PREFETCH: usize = 12;
 
 /// Asks for the cache lines of `len` bytes at `at` in `row` (past its end is
 /// allowed: a prefetch never faults, and the address is never dereferenced).

@@ -802,3 +802,93 @@ macro_rules! wide_pairs {
 
 wide_pairs!(Q41, rows4z_q4_1);
 wide_pairs!(Q50Bw, rows4z_q5_0);
+
+/// Q6_K's four-row decode kernel with both halves of a block (128 quants
+/// each) in one register: the AVX2 kernel (`q6_k_vec_dot_rows`) unpacks,
+/// scales and sums each half's four groups of 32 quants in turn; here
+/// group k of half 0 sits beside group k of half 1, so each step serves
+/// both, and `vpdpwssd` takes the run scales and the sum in one
+/// instruction. The integer lanes are the same sums (exact, in any
+/// order), reduced from 16 lanes to the AVX2 kernel's 8 (lane l + lane
+/// 8 + l: the same element positions), then the same f32 steps: the same
+/// bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_rows4(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    use super::{
+        f16_at, hsum_ps, prefetch_block, q6k_offset, q6k_runs, q8k_d, MASKS, Q6K, Q6K_PREFETCH,
+        Q8K, Q8K_QS,
+    };
+    let blocks = a.len() / Q8K;
+    assert!(rows.iter().all(|r| r.len() >= blocks * Q6K), "weight rows");
+    // `q6k_pair_scale`'s masks in both 256-bit halves.
+    let masks: [__m512i; 4] = std::array::from_fn(|k| {
+        // SAFETY: a mask holds 32 bytes.
+        _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(MASKS.1[k].as_ptr() as *const __m256i) })
+    });
+    let (m4, m3) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x03));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (i, ba) in a.chunks_exact(Q8K).enumerate() {
+        // SAFETY (all raw reads below): a Q8_K block holds 256 quants from
+        // Q8K_QS, and each weight block is Q6K = 210 bytes, of which the
+        // reads take 0..192 (checked above, i < blocks).
+        let act: [__m512i; 4] = std::array::from_fn(|k| unsafe {
+            let at = |h: usize| ba.as_ptr().add(Q8K_QS + 128 * h + 32 * k) as *const __m256i;
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(at(0))),
+                _mm256_loadu_si256(at(1)),
+            )
+        });
+        let da = q8k_d(ba);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            prefetch_block(rows[r], (i + Q6K_PREFETCH) * Q6K, Q6K);
+            let bw = &rows[r][i * Q6K..(i + 1) * Q6K];
+            // SAFETY: see above.
+            unsafe {
+                let p = bw.as_ptr();
+                // ql: half 0's 64 bytes, then half 1's; qh: 32 bytes each.
+                let (l0, l1) = (
+                    _mm512_loadu_si512(p as *const __m512i),
+                    _mm512_loadu_si512(p.add(64) as *const __m512i),
+                );
+                let ql0 = _mm512_shuffle_i64x2::<0b01_00_01_00>(l0, l1);
+                let ql1 = _mm512_shuffle_i64x2::<0b11_10_11_10>(l0, l1);
+                let qh = _mm512_loadu_si512(p.add(128) as *const __m512i);
+                let runs = _mm512_castsi256_si512(q6k_runs(bw));
+                // Runs 0..8 in the first two 128-bit lanes, 8..16 in the others.
+                let halves = _mm512_shuffle_i64x2::<0b01_01_00_00>(runs, runs);
+                let high = |v: __m512i| _mm512_slli_epi16::<4>(_mm512_and_si512(v, m3));
+                let quants = [
+                    _mm512_or_si512(_mm512_and_si512(ql0, m4), high(qh)),
+                    _mm512_or_si512(_mm512_and_si512(ql1, m4), high(_mm512_srli_epi16::<2>(qh))),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(ql0), m4),
+                        high(_mm512_srli_epi16::<4>(qh)),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(ql1), m4),
+                        high(_mm512_srli_epi16::<6>(qh)),
+                    ),
+                ];
+                let mut sum = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let sc = _mm512_shuffle_epi8(halves, masks[k]);
+                    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(quants[k], act[k]), sc);
+                }
+                let lanes = _mm256_add_epi32(
+                    _mm512_castsi512_si256(sum),
+                    _mm512_extracti64x4_epi64::<1>(sum),
+                );
+                let d = da * f16_at(bw, 208);
+                let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes, q6k_offset(bw, ba)));
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, *acc);
+            }
+        }
+    }
+    // SAFETY: AVX2 is enabled here.
+    acc.map(|a| unsafe { hsum_ps(a) })
+}
+
+pub(crate) fn rows4z_q6_k(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    // SAFETY: handed out only after `available()` confirmed the features.
+    unsafe { q6_k_rows4(rows, a) }
+}
