@@ -739,6 +739,11 @@ unsafe fn dot_pairs<F: PairCodes>(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
         // SAFETY: the blocks are whole (sliced above); AVX2, F16C and
         // AVX-512 F/BW/VL/VNNI are enabled in every caller.
         unsafe {
+            // Each stream's bytes a few KiB ahead (see ROWS4_PREFETCH): a
+            // hint, never dereferenced, so past a row's end is allowed.
+            for r in bw {
+                _mm_prefetch::<_MM_HINT_T0>(r.as_ptr().wrapping_add(ROWS4_PREFETCH) as *const i8);
+            }
             let act = _mm512_broadcast_i64x4(_mm256_loadu_si256(
                 ba.as_ptr().add(ab - 32) as *const __m256i
             ));
