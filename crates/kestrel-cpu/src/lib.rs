@@ -457,20 +457,15 @@ impl CpuModel {
                 // for the spinners, which wait for this.
                 let _finish = SetOnDrop(&done);
                 let mut seqs = seqs.lock().unwrap_or_else(|e| e.into_inner());
+                // One sequence is not split: it runs right here.
                 let logits = self.forward_dispatch(&mut seqs);
-                Some(if logits.len() > 1 {
+                Some(
                     logits
                         .into_par_iter()
                         .enumerate()
                         .map(|(i, l)| each(i, l))
-                        .collect()
-                } else {
-                    logits
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, l)| each(i, l))
-                        .collect()
-                })
+                        .collect(),
+                )
             } else {
                 keep_warm(&done);
                 None
