@@ -358,8 +358,7 @@ impl<'e> Batch<'e> {
                 ..
             } = q;
             let history: &[u32] = history;
-            let at_limit =
-                params.n_predict >= 0 && (history.len() - *prompt_len) as i64 >= params.n_predict;
+            let at_limit = params.limit_reached(history.len() - *prompt_len);
             let draws_now = to == history.len() && !at_limit;
             inputs.push(SeqInput {
                 tokens: &history[from..to],
@@ -589,9 +588,8 @@ fn chunk_end(from: usize, len: usize, chunk: usize) -> usize {
     ((from / chunk + 1) * chunk).min(len)
 }
 
-/// Samples and emits a sequence's next token from `logits`, exactly as
-/// [`Engine::generate`]'s loop does; returns why it ends, if it does.
-/// What a sequence needs to draw its next token from a step's logits.
+/// What a sequence needs to draw its next token from a step's logits, as
+/// [`Engine::generate`]'s loop draws it.
 struct Draw<'a> {
     sampler: &'a mut Sampler,
     history: &'a [u32],
@@ -624,7 +622,7 @@ fn accept(
     let pos = q.history.len() - 1;
     let last = if pos >= p.n_ctx {
         Some(StopReason::ContextFull)
-    } else if p.n_predict >= 0 && (q.history.len() - q.prompt_len) as i64 >= p.n_predict {
+    } else if p.limit_reached(q.history.len() - q.prompt_len) {
         Some(StopReason::Length)
     } else {
         None

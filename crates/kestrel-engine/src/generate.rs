@@ -101,6 +101,13 @@ pub struct GenerateParams {
     pub pipelined: bool,
 }
 
+impl GenerateParams {
+    /// Whether `generated` tokens reach `n_predict` (never when it is negative).
+    pub(crate) fn limit_reached(&self, generated: usize) -> bool {
+        self.n_predict >= 0 && generated as i64 >= self.n_predict
+    }
+}
+
 impl Default for GenerateParams {
     /// Until an end token or a full context of 4096, llama.cpp's default
     /// sampler (random seed), pipelined, no stop strings, no logprobs.
@@ -411,11 +418,8 @@ impl Engine {
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {
         let prompt_len = history.len();
-        let limit_reached = |history: &[u32]| {
-            params.n_predict >= 0 && (history.len() - prompt_len) as i64 >= params.n_predict
-        };
         loop {
-            if limit_reached(history) {
+            if params.limit_reached(history.len() - prompt_len) {
                 return Ok(StopReason::Length);
             }
             let token = sampler.sample_with_history(&logits, history);
@@ -427,7 +431,7 @@ impl Engine {
             let pos = history.len() - 1;
             let last = if pos >= params.n_ctx {
                 Some(StopReason::ContextFull)
-            } else if limit_reached(history) {
+            } else if params.limit_reached(history.len() - prompt_len) {
                 Some(StopReason::Length)
             } else {
                 None
