@@ -27,8 +27,82 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 #[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-    let mean = (sum / x.len() as f64) as f32;
+    scale_of(sum, x.len(), eps)
+}
+
+#[inline]
+fn scale_of(sum: f64, n: usize, eps: f32) -> f32 {
+    let mean = (sum / n as f64) as f32;
     1.0 / (mean + eps).sqrt()
+}
+
+/// [`rms_scale`] of `N` rows at once: each row's sum is the same
+/// sequential f64 sum (same bits), but the rows' sums advance side by
+/// side. One row alone waits out the latency of each of its 576-896
+/// dependent adds (~0.6-0.9 us a row), which a batch of decoding
+/// sequences paid once per row, serially, twice a layer.
+#[inline]
+fn rms_scales<const N: usize>(rows: [&[f32]; N], eps: f32) -> [f32; N] {
+    let n = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == n), "rows of one width");
+    let mut sums = [0f64; N];
+    for i in 0..n {
+        for (sum, row) in sums.iter_mut().zip(&rows) {
+            *sum += (row[i] * row[i]) as f64;
+        }
+    }
+    sums.map(|s| scale_of(s, n, eps))
+}
+
+/// The scales of the `w`-wide rows of `x`, four rows at a time.
+fn row_scales(x: &[f32], e: usize, eps: f32, mut each: impl FnMut(usize, f32)) {
+    let mut quads = x.chunks_exact(4 * e);
+    for (q, x4) in (&mut quads).enumerate() {
+        let r = |k: usize| &x4[k * e..(k + 1) * e];
+        for (k, s) in rms_scales([r(0), r(1), r(2), r(3)], eps)
+            .into_iter()
+            .enumerate()
+        {
+            each(4 * q + k, s);
+        }
+    }
+    let done = x.len() / e - quads.remainder().len() / e;
+    for (k, row) in quads.remainder().chunks_exact(e).enumerate() {
+        each(done + k, rms_scale(row, eps));
+    }
+}
+
+/// [`rms_norm`] of each `w.len()`-wide row of `x` into `y` (the same bits
+/// row by row), the sums of squares of four rows at a time side by side.
+pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    let e = w.len();
+    assert!(
+        e > 0 && x.len() == y.len() && x.len().is_multiple_of(e),
+        "rows of the weight's width"
+    );
+    row_scales(x, e, eps, |r, scale| {
+        let (xr, yr) = (&x[r * e..(r + 1) * e], &mut y[r * e..(r + 1) * e]);
+        for ((yi, &xi), &wi) in yr.iter_mut().zip(xr).zip(w) {
+            *yi = xi * scale * wi;
+        }
+    });
+}
+
+/// [`rms_norm_inplace`] of each `w.len()`-wide row of `x`, as
+/// [`rms_norm_rows`].
+pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let e = w.len();
+    assert!(
+        e > 0 && x.len().is_multiple_of(e),
+        "rows of the weight's width"
+    );
+    let mut scales = Vec::with_capacity(x.len() / e);
+    row_scales(x, e, eps, |_, s| scales.push(s));
+    for (row, scale) in x.chunks_exact_mut(e).zip(scales) {
+        for (xi, &wi) in row.iter_mut().zip(w) {
+            *xi = *xi * scale * wi;
+        }
+    }
 }
 
 pub use kestrel_model::rope::rope_cache;
@@ -400,6 +474,44 @@ mod tests {
                 (got - want).abs() < 1e-5 * n as f64,
                 "n={n}: {got} vs {want}"
             );
+        }
+    }
+
+    /// Four rows' sums side by side give every row the bits of its own
+    /// `rms_norm`, for batches that end in a partial group, rows of very
+    /// different scales (where a mixed-up accumulator would show) and the
+    /// in-place build.
+    #[test]
+    fn rms_norm_rows_equal_row_by_row_bits() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for width in [3usize, 64, 576] {
+            let w: Vec<f32> = (0..width).map(|_| next() + 1.0).collect();
+            for rows in 1..=9usize {
+                let x: Vec<f32> = (0..rows * width)
+                    .map(|i| next() * 10f32.powi((i / width) as i32 % 4 - 2))
+                    .collect();
+                let mut want = vec![0f32; x.len()];
+                for (xr, yr) in x.chunks_exact(width).zip(want.chunks_exact_mut(width)) {
+                    rms_norm(xr, &w, 1e-6, yr);
+                }
+                let mut got = vec![0f32; x.len()];
+                rms_norm_rows(&x, &w, 1e-6, &mut got);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{rows} rows of {width}");
+                let mut inplace = x.clone();
+                rms_norm_rows_inplace(&mut inplace, &w, 1e-6);
+                assert_eq!(
+                    bits(&inplace),
+                    bits(&want),
+                    "in place, {rows} rows of {width}"
+                );
+            }
         }
     }
 
