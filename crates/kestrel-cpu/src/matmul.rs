@@ -4,7 +4,7 @@
 
 use kestrel_gguf::GgmlType;
 use kestrel_quant::{
-    dot4_kernel, dot_kernel, dot_path, dot_rows4_kernel, quantize_activations, row_bytes,
+    dot4_kernel, dot_band_kernel, dot_kernel, dot_path, quantize_activations, row_bytes,
     vec_dot_type, Chunk32, Dot4, DotPath, VecDotFn,
 };
 use rayon::prelude::*;
@@ -181,6 +181,23 @@ impl<'a> Band<'a> {
         unsafe { *self.ptr.add(i) = v };
     }
 
+    /// Token `t`'s outputs for `rows` (rows of this band) as one slice, for
+    /// a kernel to write in place.
+    fn row_slice(&mut self, t: usize, rows: Range<usize>) -> &mut [f32] {
+        assert!(
+            self.rows.start <= rows.start && rows.start <= rows.end && rows.end <= self.rows.end,
+            "rows {rows:?} outside the band"
+        );
+        let at = t
+            .checked_mul(self.stride)
+            .filter(|at| at.checked_add(rows.end).is_some_and(|end| end <= self.len))
+            .unwrap_or_else(|| panic!("token {t} outside the output"));
+        // SAFETY: at + rows.end <= len, within the buffer borrowed for 'a;
+        // the rows are this band's alone (see the Send impl), and the slice
+        // borrows the band mutably, so nothing else writes them meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at + rows.start), rows.len()) }
+    }
+
     /// Outputs (token `t + j`, row `rows[k]`) = `v[k][j]` for j < `real`:
     /// a four-row kernel's results, with the bounds checked once for the
     /// sixteen (checked one by one, the stores cost a fifth of the
@@ -256,18 +273,19 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         // quarter: more streams in flight kept the prefetchers ahead of the
         // loads (a row-at-a-time scan, one stream, ran 25-40% slower from
         // DRAM; two adjacent rows read together were slower still, their
-        // streams breaking at every row).
-        let path = paths[0];
+        // streams breaking at every row). The band kernel takes the
+        // quarters' rows four at a time in one call: per-call setup and
+        // the wait on each result's reduction ended every four-row call
+        // (kbench, one thread, rows in L2, three runs: Q8_0 49.7-51.7 ->
+        // 53.0-55.9 GB/s, Q5_0 30.2-30.8 -> 32.3-32.9, Q4_1 28.7-29.4 ->
+        // 30.8-32.0).
         let q = (r1 - r0) / 4;
-        let at = |k: usize| r0 + k;
-        if let Some(four) = dot_rows4_kernel(path, w.ty) {
-            for k in 0..q {
-                let rows = [at(k), at(q + k), at(2 * q + k), at(3 * q + k)];
-                let v = four(slices4(row, rows), &acts[0]);
-                for (r, v) in rows.into_iter().zip(v) {
-                    out.put(0, r, v);
-                }
-            }
+        if let Some(band) = dot_band_kernel(paths[0], w.ty) {
+            band(
+                &w.data[r0 * rb..(r0 + 4 * q) * rb],
+                &acts[0],
+                out.row_slice(0, r0..r0 + 4 * q),
+            );
             for r in r0 + 4 * q..r1 {
                 out.put(0, r, (runs[0].2)(w.cols, row(r), &acts[0]));
             }

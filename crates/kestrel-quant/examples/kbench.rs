@@ -2,8 +2,8 @@
 //! (one thread), and of the four-row prefill kernels on L1-resident data in
 //! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
 use kestrel_quant::{
-    dot2_kernel, dot4_kernel, dot_kernel, dot_rows4_kernel, quantize_activations, quantize_row,
-    DotPath, GgmlType,
+    dot2_kernel, dot4_kernel, dot_band_kernel, dot_kernel, dot_rows4_kernel, quantize_activations,
+    quantize_row, DotPath, GgmlType,
 };
 use std::time::Instant;
 
@@ -76,6 +76,20 @@ fn main() {
                 let dt = t0.elapsed().as_secs_f64();
                 println!(
                     "{ty} rows {rows}, four at a time: {:.2} GB/s ({s})",
+                    (rb * rows * reps) as f64 / dt / 1e9
+                );
+            }
+            // The same four streams through the band kernel, one call.
+            if let Some(band) = dot_band_kernel(DotPath::VecDot, ty) {
+                let mut out = vec![0f32; rows];
+                let t0 = Instant::now();
+                for _ in 0..reps {
+                    band(&w, &a, &mut out);
+                    s += out[0] + out[rows - 1];
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                println!(
+                    "{ty} rows {rows}, band: {:.2} GB/s ({s})",
                     (rb * rows * reps) as f64 / dt / 1e9
                 );
             }

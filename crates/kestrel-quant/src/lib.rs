@@ -414,6 +414,23 @@ pub fn dot_rows4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotRows4Fn> {
     None
 }
 
+/// A band of `4q` weight rows (`w`, one after another, `out.len()` of them)
+/// against one activation row: `out[i]` = the plain dot of row i, with the
+/// bits of [`dot_rows4_kernel`]'s. Rows i, q + i, 2q + i and 3q + i go
+/// together (four streams, as decode reads a band), all in one call.
+pub type VecDotBandFn = fn(w: &[u8], a: &[u8], out: &mut [f32]);
+
+/// The band kernel for `path` and `ty`, where there is one (wherever
+/// [`dot_rows4_kernel`] has one).
+pub fn dot_band_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotBandFn> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2_available() {
+        return x86::band_dot(path, ty);
+    }
+    let _ = (path, ty);
+    None
+}
+
 /// Bytes of one row of `n` elements of `ty` (a whole number of blocks),
 /// for checking a product's slices once.
 pub fn row_bytes(ty: GgmlType, n: usize) -> usize {
@@ -690,6 +707,63 @@ mod tests {
                 checked >= 5 * 4 * 2 + 4,
                 "every format, AVX2's build and one more; Q6_K's AVX2 build"
             );
+        }
+    }
+
+    /// A band kernel gives row i of its band the bits of the four-row
+    /// kernel's result for it (rows i, q + i, 2q + i, 3q + i taken
+    /// together), for bands of one to five rows a quarter: a mixed-up
+    /// quarter or row shows as another row's value.
+    #[test]
+    fn band_kernels_equal_rows4_kernels() {
+        let mut next = values(0x51_7cc1_b727_220a);
+        let mut checked = 0;
+        for (path, ty) in [
+            (DotPath::VecDot, GgmlType::Q4_0),
+            (DotPath::VecDot, GgmlType::Q4_1),
+            (DotPath::VecDot, GgmlType::Q5_0),
+            (DotPath::VecDot, GgmlType::Q5_1),
+            (DotPath::VecDot, GgmlType::Q8_0),
+            (DotPath::VecDot, GgmlType::Q6_K),
+            (DotPath::RepackGemv, GgmlType::Q4_K),
+        ] {
+            let Some(four) = dot_rows4_kernel(path, ty) else {
+                assert!(
+                    dot_band_kernel(path, ty).is_none(),
+                    "{ty}: band without rows4"
+                );
+                continue;
+            };
+            let band = dot_band_kernel(path, ty).expect("a band kernel beside rows4");
+            for (blocks, q) in [(1usize, 1usize), (3, 2), (2, 5)] {
+                let n = blocks * ty.block_size();
+                let rb = bytes_for(ty, n);
+                let mut w = vec![0u8; 4 * q * rb];
+                for row in w.chunks_exact_mut(rb) {
+                    let wf: Vec<f32> = (0..n).map(|_| next() / 8.0).collect();
+                    quantize_row(ty, &wf, row);
+                }
+                let a = quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>());
+                let row = |i: usize| &w[i * rb..(i + 1) * rb];
+                let mut want = vec![0u32; 4 * q];
+                for k in 0..q {
+                    let v = four([row(k), row(q + k), row(2 * q + k), row(3 * q + k)], &a);
+                    for (j, v) in v.into_iter().enumerate() {
+                        want[j * q + k] = v.to_bits();
+                    }
+                }
+                let mut out = vec![0f32; 4 * q];
+                band(&w, &a, &mut out);
+                let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(
+                    got, want,
+                    "{ty} {path:?}: {q} rows a quarter of {blocks} blocks"
+                );
+                checked += 1;
+            }
+        }
+        if crate::simd::avx2_available() {
+            assert_eq!(checked, 7 * 3, "every format's band kernel");
         }
     }
 

@@ -262,6 +262,97 @@ pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
     })
 }
 
+/// A band kernel (see [`crate::VecDotBandFn`]) from a four-row body that
+/// is inlined into it: the loop over the band's quarters runs inside one
+/// call with the target features, so the per-call setup and the latency of
+/// each result's reduction overlap the next rows' work instead of ending
+/// every call (kbench, one thread, rows in L2: Q5_0's four-row calls on
+/// 28-block rows ran at ~90% of their rate on rows four times as long).
+macro_rules! band {
+    ($name:ident, $features:literal, $body:expr) => {
+        pub(crate) fn $name(w: &[u8], a: &[u8], out: &mut [f32]) {
+            #[target_feature(enable = $features)]
+            unsafe fn body(w: &[u8], a: &[u8], out: &mut [f32]) {
+                let q = out.len() / 4;
+                let rb = w.len().checked_div(out.len()).unwrap_or(0);
+                assert!(
+                    out.len() == 4 * q && w.len() == rb * out.len(),
+                    "a band of four quarters"
+                );
+                for k in 0..q {
+                    let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
+                    // SAFETY: this function has the body's target features.
+                    let v = unsafe { $body([row(0), row(1), row(2), row(3)], a) };
+                    for (j, v) in v.into_iter().enumerate() {
+                        out[j * q + k] = v;
+                    }
+                }
+            }
+            // SAFETY: handed out only after the features were detected
+            // (`band_dot`).
+            unsafe { body(w, a, out) }
+        }
+    };
+}
+pub(crate) use band;
+
+band!(band_q4_0, "avx2,fma,f16c", legacy_rows::<Q40, Avx2Lanes, 4>);
+band!(band_q4_1, "avx2,fma,f16c", legacy_rows::<Q41, Avx2Lanes, 4>);
+band!(band_q5_0, "avx2,fma,f16c", legacy_rows::<Q50, Avx2Lanes, 4>);
+band!(band_q5_1, "avx2,fma,f16c", legacy_rows::<Q51, Avx2Lanes, 4>);
+band!(band_q8_0, "avx2,fma,f16c", legacy_rows::<Q80, Avx2Lanes, 4>);
+band!(
+    bandv_q4_0,
+    "avx2,fma,f16c,avxvnni",
+    legacy_rows::<Q40, VnniLanes, 4>
+);
+band!(
+    bandv_q4_1,
+    "avx2,fma,f16c,avxvnni",
+    legacy_rows::<Q41, VnniLanes, 4>
+);
+band!(
+    bandv_q5_0,
+    "avx2,fma,f16c,avxvnni",
+    legacy_rows::<Q50, VnniLanes, 4>
+);
+band!(
+    bandv_q5_1,
+    "avx2,fma,f16c,avxvnni",
+    legacy_rows::<Q51, VnniLanes, 4>
+);
+band!(
+    bandv_q8_0,
+    "avx2,fma,f16c,avxvnni",
+    legacy_rows::<Q80, VnniLanes, 4>
+);
+band!(band_q4_k_gemv, "avx2,fma,f16c", q4_k_gemv_rows::<4>);
+band!(band_q6_k, "avx2,fma,f16c", q6_k_vec_dot_rows::<4>);
+
+/// The band kernel for `path` and `ty`: the same body as [`rows4_dot`]'s
+/// choice, so the same bits.
+pub(crate) fn band_dot(path: DotPath, ty: T) -> Option<crate::VecDotBandFn> {
+    let vnni = crate::simd::vnni_available();
+    Some(match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide::available() => wide::band_q4_1,
+        (DotPath::VecDot, T::Q5_0) if wide::available() => wide::band_q5_0,
+        (DotPath::VecDot, T::Q4_0) if vnni => bandv_q4_0,
+        (DotPath::VecDot, T::Q4_1) if vnni => bandv_q4_1,
+        (DotPath::VecDot, T::Q5_0) if vnni => bandv_q5_0,
+        (DotPath::VecDot, T::Q5_1) if vnni => bandv_q5_1,
+        (DotPath::VecDot, T::Q8_0) if vnni => bandv_q8_0,
+        (DotPath::VecDot, T::Q4_0) => band_q4_0,
+        (DotPath::VecDot, T::Q4_1) => band_q4_1,
+        (DotPath::VecDot, T::Q5_0) => band_q5_0,
+        (DotPath::VecDot, T::Q5_1) => band_q5_1,
+        (DotPath::VecDot, T::Q8_0) => band_q8_0,
+        (DotPath::RepackGemv, T::Q4_K) => band_q4_k_gemv,
+        (DotPath::VecDot, T::Q6_K) if wide::available() => wide::band_q6_k,
+        (DotPath::VecDot, T::Q6_K) => band_q6_k,
+        _ => return None,
+    })
+}
+
 macro_rules! entry_rows4 {
     ($name:ident => $f:ty) => {
         fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {

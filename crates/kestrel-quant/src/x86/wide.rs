@@ -808,6 +808,17 @@ macro_rules! wide_pairs {
 wide_pairs!(Q41, rows4z_q4_1);
 wide_pairs!(Q50Bw, rows4z_q5_0);
 
+super::band!(
+    band_q4_1,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_pairs::<Q41>
+);
+super::band!(
+    band_q5_0,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_pairs::<Q50Bw>
+);
+
 /// Q6_K's four-row decode kernel with both halves of a block (128 quants
 /// each) in one register: the AVX2 kernel (`q6_k_vec_dot_rows`) unpacks,
 /// scales and sums each half's four groups of 32 quants in turn; here
@@ -892,6 +903,12 @@ unsafe fn q6_k_rows4(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     // SAFETY: AVX2 is enabled here.
     acc.map(|a| unsafe { hsum_ps(a) })
 }
+
+super::band!(
+    band_q6_k,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    q6_k_rows4
+);
 
 pub(crate) fn rows4z_q6_k(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     // SAFETY: handed out only after `available()` confirmed the features.
