@@ -241,23 +241,35 @@ entry2!(dot2_q6_k => rows q6_k_vec_dot_rows);
 
 /// The four-row decode kernel for `path` and `ty`, if there is one.
 pub(crate) fn rows4_dot(path: DotPath, ty: T) -> Option<VecDotRows4Fn> {
+    decode_kernels(path, ty).map(|(rows4, _)| rows4)
+}
+
+/// The band kernel for `path` and `ty`: the same body as [`rows4_dot`]'s.
+pub(crate) fn band_dot(path: DotPath, ty: T) -> Option<crate::VecDotBandFn> {
+    decode_kernels(path, ty).map(|(_, band)| band)
+}
+
+/// Each four-row decode kernel beside the band kernel built from its body
+/// (one table, so the two always agree).
+fn decode_kernels(path: DotPath, ty: T) -> Option<(VecDotRows4Fn, crate::VecDotBandFn)> {
     let vnni = crate::simd::vnni_available();
+    let wide = wide::available();
     Some(match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if wide::available() => wide::rows4z_q4_1,
-        (DotPath::VecDot, T::Q5_0) if wide::available() => wide::rows4z_q5_0,
-        (DotPath::VecDot, T::Q4_0) if vnni => rows4v_q4_0,
-        (DotPath::VecDot, T::Q4_1) if vnni => rows4v_q4_1,
-        (DotPath::VecDot, T::Q5_0) if vnni => rows4v_q5_0,
-        (DotPath::VecDot, T::Q5_1) if vnni => rows4v_q5_1,
-        (DotPath::VecDot, T::Q8_0) if vnni => rows4v_q8_0,
-        (DotPath::VecDot, T::Q4_0) => rows4_q4_0,
-        (DotPath::VecDot, T::Q4_1) => rows4_q4_1,
-        (DotPath::VecDot, T::Q5_0) => rows4_q5_0,
-        (DotPath::VecDot, T::Q5_1) => rows4_q5_1,
-        (DotPath::VecDot, T::Q8_0) => rows4_q8_0,
-        (DotPath::RepackGemv, T::Q4_K) => rows4_q4_k_gemv,
-        (DotPath::VecDot, T::Q6_K) if wide::available() => wide::rows4z_q6_k,
-        (DotPath::VecDot, T::Q6_K) => rows4_q6_k,
+        (DotPath::VecDot, T::Q4_1) if wide => (wide::rows4z_q4_1, wide::band_q4_1),
+        (DotPath::VecDot, T::Q5_0) if wide => (wide::rows4z_q5_0, wide::band_q5_0),
+        (DotPath::VecDot, T::Q4_0) if vnni => (rows4v_q4_0, bandv_q4_0),
+        (DotPath::VecDot, T::Q4_1) if vnni => (rows4v_q4_1, bandv_q4_1),
+        (DotPath::VecDot, T::Q5_0) if vnni => (rows4v_q5_0, bandv_q5_0),
+        (DotPath::VecDot, T::Q5_1) if vnni => (rows4v_q5_1, bandv_q5_1),
+        (DotPath::VecDot, T::Q8_0) if vnni => (rows4v_q8_0, bandv_q8_0),
+        (DotPath::VecDot, T::Q4_0) => (rows4_q4_0, band_q4_0),
+        (DotPath::VecDot, T::Q4_1) => (rows4_q4_1, band_q4_1),
+        (DotPath::VecDot, T::Q5_0) => (rows4_q5_0, band_q5_0),
+        (DotPath::VecDot, T::Q5_1) => (rows4_q5_1, band_q5_1),
+        (DotPath::VecDot, T::Q8_0) => (rows4_q8_0, band_q8_0),
+        (DotPath::RepackGemv, T::Q4_K) => (rows4_q4_k_gemv, band_q4_k_gemv),
+        (DotPath::VecDot, T::Q6_K) if wide => (wide::rows4z_q6_k, wide::band_q6_k),
+        (DotPath::VecDot, T::Q6_K) => (rows4_q6_k, band_q6_k),
         _ => return None,
     })
 }
@@ -296,62 +308,25 @@ macro_rules! band {
 }
 pub(crate) use band;
 
-band!(band_q4_0, "avx2,fma,f16c", legacy_rows::<Q40, Avx2Lanes, 4>);
-band!(band_q4_1, "avx2,fma,f16c", legacy_rows::<Q41, Avx2Lanes, 4>);
-band!(band_q5_0, "avx2,fma,f16c", legacy_rows::<Q50, Avx2Lanes, 4>);
-band!(band_q5_1, "avx2,fma,f16c", legacy_rows::<Q51, Avx2Lanes, 4>);
-band!(band_q8_0, "avx2,fma,f16c", legacy_rows::<Q80, Avx2Lanes, 4>);
-band!(
-    bandv_q4_0,
-    "avx2,fma,f16c,avxvnni",
-    legacy_rows::<Q40, VnniLanes, 4>
-);
-band!(
-    bandv_q4_1,
-    "avx2,fma,f16c,avxvnni",
-    legacy_rows::<Q41, VnniLanes, 4>
-);
-band!(
-    bandv_q5_0,
-    "avx2,fma,f16c,avxvnni",
-    legacy_rows::<Q50, VnniLanes, 4>
-);
-band!(
-    bandv_q5_1,
-    "avx2,fma,f16c,avxvnni",
-    legacy_rows::<Q51, VnniLanes, 4>
-);
-band!(
-    bandv_q8_0,
-    "avx2,fma,f16c,avxvnni",
-    legacy_rows::<Q80, VnniLanes, 4>
-);
+/// The legacy formats' band kernels (AVX2, and AVX-VNNI's lane sums).
+macro_rules! legacy_bands {
+    ($($avx2:ident, $vnni:ident => $f:ty;)*) => {
+        $(
+            band!($avx2, "avx2,fma,f16c", legacy_rows::<$f, Avx2Lanes, 4>);
+            band!($vnni, "avx2,fma,f16c,avxvnni", legacy_rows::<$f, VnniLanes, 4>);
+        )*
+    };
+}
+
+legacy_bands! {
+    band_q4_0, bandv_q4_0 => Q40;
+    band_q4_1, bandv_q4_1 => Q41;
+    band_q5_0, bandv_q5_0 => Q50;
+    band_q5_1, bandv_q5_1 => Q51;
+    band_q8_0, bandv_q8_0 => Q80;
+}
 band!(band_q4_k_gemv, "avx2,fma,f16c", q4_k_gemv_rows::<4>);
 band!(band_q6_k, "avx2,fma,f16c", q6_k_vec_dot_rows::<4>);
-
-/// The band kernel for `path` and `ty`: the same body as [`rows4_dot`]'s
-/// choice, so the same bits.
-pub(crate) fn band_dot(path: DotPath, ty: T) -> Option<crate::VecDotBandFn> {
-    let vnni = crate::simd::vnni_available();
-    Some(match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if wide::available() => wide::band_q4_1,
-        (DotPath::VecDot, T::Q5_0) if wide::available() => wide::band_q5_0,
-        (DotPath::VecDot, T::Q4_0) if vnni => bandv_q4_0,
-        (DotPath::VecDot, T::Q4_1) if vnni => bandv_q4_1,
-        (DotPath::VecDot, T::Q5_0) if vnni => bandv_q5_0,
-        (DotPath::VecDot, T::Q5_1) if vnni => bandv_q5_1,
-        (DotPath::VecDot, T::Q8_0) if vnni => bandv_q8_0,
-        (DotPath::VecDot, T::Q4_0) => band_q4_0,
-        (DotPath::VecDot, T::Q4_1) => band_q4_1,
-        (DotPath::VecDot, T::Q5_0) => band_q5_0,
-        (DotPath::VecDot, T::Q5_1) => band_q5_1,
-        (DotPath::VecDot, T::Q8_0) => band_q8_0,
-        (DotPath::RepackGemv, T::Q4_K) => band_q4_k_gemv,
-        (DotPath::VecDot, T::Q6_K) if wide::available() => wide::band_q6_k,
-        (DotPath::VecDot, T::Q6_K) => band_q6_k,
-        _ => return None,
-    })
-}
 
 macro_rules! entry_rows4 {
     ($name:ident => $f:ty) => {
