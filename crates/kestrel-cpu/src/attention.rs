@@ -296,14 +296,15 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     for j in lo..(lo + KV_PREFETCH).min(p + 1) {
         prefetch_row(kc, j * k_w + kvh * dk, dk);
     }
-    let mut q16 = vec![0u16; H * dk];
+    let sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
+    let mut q16 = reuse(sc.q16, H * dk, 0u16);
     let qrow = &q[t * q_w + h0 * dk..t * q_w + (h0 + H) * dk];
     f32_to_f16_row(qrow, &mut q16);
     // The dot products first, in a loop of loads and multiply-adds alone:
     // the cache rows usually come from memory (a step's weights have
     // evicted them), and the softmax's exp calls in the same loop held so
     // many instructions per key that few loads were in flight at once.
-    let mut dots = vec![0f32; H * nk];
+    let mut dots = reuse(sc.dots, H * nk, 0f32);
     // With AVX-512, sixteen keys at a time: each key converted once for
     // all the heads, the query converted once, and the sixteen dot
     // products reduced together (`dots16_avx512`); the rest key by key.
@@ -338,11 +339,11 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     for j in lo..(lo + KV_PREFETCH).min(p + 1) {
         prefetch_row(vc, j * v_w + kvh * dv, dv);
     }
-    let mut steps = vec![(0f32, 0f32); H * nk];
+    let mut steps = reuse(sc.steps, H * nk, (0f32, 0f32));
     let mut inv = [0f32; H];
-    let mut args = vec![0f32; H * nk];
-    let mut rises = vec![false; H * nk];
-    let mut exps = vec![0f32; H * nk];
+    let mut args = reuse(sc.args, H * nk, 0f32);
+    let mut rises = reuse(sc.rises, H * nk, false);
+    let mut exps = reuse(sc.exps, H * nk, 0f32);
     // The heads side by side, key by key: each head's running maximum and
     // running sum are chains of their own (a compare, a fused add per
     // key), which one head at a time left waiting on their latency.
@@ -405,6 +406,41 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
             unsafe { values64::<__m256, H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
         }
     }
+    RUN_SCRATCH.set(RunScratch {
+        q16,
+        dots,
+        steps,
+        args,
+        rises,
+        exps,
+    });
+}
+
+/// [`run_x86`]'s buffers, kept by each thread from call to call: six
+/// allocations per call (per sequence and KV head) were 360 a step for
+/// four SmolLM2 sequences, most of them past malloc's per-thread cache.
+#[cfg(target_arch = "x86_64")]
+#[derive(Default)]
+struct RunScratch {
+    q16: Vec<u16>,
+    dots: Vec<f32>,
+    steps: Vec<(f32, f32)>,
+    args: Vec<f32>,
+    rises: Vec<bool>,
+    exps: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    static RUN_SCRATCH: std::cell::RefCell<RunScratch> = std::cell::RefCell::default();
+}
+
+/// `v` emptied and refilled with `n` copies of `x` (its allocation kept).
+#[cfg(target_arch = "x86_64")]
+fn reuse<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
+    v.clear();
+    v.resize(n, x);
+    v
 }
 
 /// One register width of [`values64`]: `Block` holds a 64-value block as
