@@ -54,7 +54,8 @@ fn rms_scales<const N: usize>(rows: [&[f32]; N], eps: f32) -> [f32; N] {
     sums.map(|s| scale_of(s, n, eps))
 }
 
-/// The scales of the `w`-wide rows of `x`, four rows at a time.
+/// Each `e`-wide row of `x`'s scale, handed to `each` with its index, four
+/// rows' sums at a time.
 fn row_scales(x: &[f32], e: usize, eps: f32, mut each: impl FnMut(usize, f32)) {
     let mut quads = x.chunks_exact(4 * e);
     for (q, x4) in (&mut quads).enumerate() {
