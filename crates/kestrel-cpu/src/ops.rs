@@ -15,15 +15,6 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
-/// RMSNorm in place.
-#[inline]
-pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let scale = rms_scale(x, eps);
-    for (xi, &wi) in x.iter_mut().zip(w) {
-        *xi = *xi * scale * wi;
-    }
-}
-
 #[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
@@ -89,8 +80,7 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     });
 }
 
-/// [`rms_norm_inplace`] of each `w.len()`-wide row of `x`, as
-/// [`rms_norm_rows`].
+/// [`rms_norm_rows`] in place (the same bits).
 pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let e = w.len();
     assert!(
