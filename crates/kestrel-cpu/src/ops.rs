@@ -45,23 +45,18 @@ fn rms_scales<const N: usize>(rows: [&[f32]; N], eps: f32) -> [f32; N] {
     sums.map(|s| scale_of(s, n, eps))
 }
 
-/// Each `e`-wide row of `x`'s scale, handed to `each` with its index, four
-/// rows' sums at a time.
-fn row_scales(x: &[f32], e: usize, eps: f32, mut each: impl FnMut(usize, f32)) {
-    let mut quads = x.chunks_exact(4 * e);
-    for (q, x4) in (&mut quads).enumerate() {
-        let r = |k: usize| &x4[k * e..(k + 1) * e];
-        for (k, s) in rms_scales([r(0), r(1), r(2), r(3)], eps)
-            .into_iter()
-            .enumerate()
-        {
-            each(4 * q + k, s);
-        }
+/// The scales of up to four `e`-wide rows (`x`, one after another): four
+/// rows' sums side by side, fewer one row at a time.
+fn scales4(x: &[f32], e: usize, eps: f32) -> [f32; 4] {
+    if x.len() == 4 * e {
+        let r = |k: usize| &x[k * e..(k + 1) * e];
+        return rms_scales([r(0), r(1), r(2), r(3)], eps);
     }
-    let done = x.len() / e - quads.remainder().len() / e;
-    for (k, row) in quads.remainder().chunks_exact(e).enumerate() {
-        each(done + k, rms_scale(row, eps));
+    let mut scales = [0f32; 4];
+    for (s, row) in scales.iter_mut().zip(x.chunks_exact(e)) {
+        *s = rms_scale(row, eps);
     }
+    scales
 }
 
 /// [`rms_norm`] of each `w.len()`-wide row of `x` into `y` (the same bits
@@ -72,12 +67,14 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
         e > 0 && x.len() == y.len() && x.len().is_multiple_of(e),
         "rows of the weight's width"
     );
-    row_scales(x, e, eps, |r, scale| {
-        let (xr, yr) = (&x[r * e..(r + 1) * e], &mut y[r * e..(r + 1) * e]);
-        for ((yi, &xi), &wi) in yr.iter_mut().zip(xr).zip(w) {
-            *yi = xi * scale * wi;
+    for (x4, y4) in x.chunks(4 * e).zip(y.chunks_mut(4 * e)) {
+        let scales = scales4(x4, e, eps);
+        for ((xr, yr), scale) in x4.chunks_exact(e).zip(y4.chunks_exact_mut(e)).zip(scales) {
+            for ((yi, &xi), &wi) in yr.iter_mut().zip(xr).zip(w) {
+                *yi = xi * scale * wi;
+            }
         }
-    });
+    }
 }
 
 /// [`rms_norm_rows`] in place (the same bits).
@@ -87,11 +84,12 @@ pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
         e > 0 && x.len().is_multiple_of(e),
         "rows of the weight's width"
     );
-    let mut scales = Vec::with_capacity(x.len() / e);
-    row_scales(x, e, eps, |_, s| scales.push(s));
-    for (row, scale) in x.chunks_exact_mut(e).zip(scales) {
-        for (xi, &wi) in row.iter_mut().zip(w) {
-            *xi = *xi * scale * wi;
+    for x4 in x.chunks_mut(4 * e) {
+        let scales = scales4(x4, e, eps);
+        for (row, scale) in x4.chunks_exact_mut(e).zip(scales) {
+            for (xi, &wi) in row.iter_mut().zip(w) {
+                *xi = *xi * scale * wi;
+            }
         }
     }
 }
