@@ -141,7 +141,14 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
     if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
         tasks.into_iter().for_each(one);
     } else {
-        pool.install(|| tasks.into_par_iter().for_each(one));
+        // One job per task, the caller taking them as well: a task is a few
+        // microseconds, and the caller waits for the last one spinning (see
+        // `fork`), where rayon's join yielded the thread.
+        crate::fork::scope(pool, |s| {
+            for task in tasks {
+                s.spawn(move || one(task));
+            }
+        });
     }
     outs
 }

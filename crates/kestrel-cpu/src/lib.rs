@@ -3,6 +3,7 @@
 //! one-token decode over an f16 KV cache.
 
 pub mod attention;
+mod fork;
 pub mod matmul;
 pub mod ops;
 mod profile;
@@ -459,11 +460,17 @@ impl CpuModel {
                 let mut seqs = seqs.lock().unwrap_or_else(|e| e.into_inner());
                 // One sequence is not split: it runs right here.
                 let logits = self.forward_dispatch(&mut seqs);
+                let mut results: Vec<Option<R>> = logits.iter().map(|_| None).collect();
+                let each = &each;
+                fork::scope(&self.pool, |s| {
+                    for ((i, l), slot) in logits.into_iter().enumerate().zip(&mut results) {
+                        s.spawn(move || *slot = Some(each(i, l)));
+                    }
+                });
                 Some(
-                    logits
-                        .into_par_iter()
-                        .enumerate()
-                        .map(|(i, l)| each(i, l))
+                    results
+                        .into_iter()
+                        .map(|r| r.expect("every sequence's job ran"))
                         .collect(),
                 )
             } else {

@@ -109,7 +109,7 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     // place. (A [tok][band] buffer per band, copied into place afterwards,
     // cost fresh pages to fault in and zero, and a copy on one thread: 10%
     // of a two-thread 512-token Q5_0 product.)
-    pool.scope(|s| {
+    crate::fork::scope(pool, |s| {
         for p in products.iter_mut() {
             debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
             let (w, acts, seqs) = (p.w, p.acts, p.seqs);
@@ -118,7 +118,7 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
                 .step_by(band)
                 .map(|r0| r0..(r0 + band).min(w.rows));
             for mut b in Band::split(p.out, w.rows, ranges) {
-                s.spawn(move |_| rows_into(w, acts, seqs, &mut b));
+                s.spawn(move || rows_into(w, acts, seqs, &mut b));
             }
         }
     });
