@@ -4,9 +4,10 @@
 //! `sched_yield` every round and sleeps on a futex after 33: a syscall per
 //! round in this VM, the CPU handed to any runnable thread (a server's
 //! HTTP threads, its client), and a sleeping leader waits for a wake-up.
-//! In `kestrel serve` at four streams that wait was 4% of the leading
-//! worker's samples in syscalls and scheduling. The other worker already
-//! spins through a pass (`keep_warm`); now the leader does as well.
+//! In `kestrel serve` at four streams the leading worker's syscalls (most
+//! of them `sched_yield` and futex waits) were 4% of all samples. The
+//! other worker already spins through a pass (`keep_warm`); now the leader
+//! does as well.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
