@@ -5,11 +5,11 @@
 # CHUNKS chunks (default 4): the final PPL, its uncertainty and the running
 # value after each chunk. `-b 512` makes llama.cpp evaluate one chunk per
 # batch, as kestrel does.
-# Needs the peer (scripts/build-llama-cpp.sh) and the models (scripts/fetch-models.sh).
+# Needs the parity peer (scripts/build-llama-cpp.sh --parity) and the models (scripts/fetch-models.sh).
 # Usage: scripts/gen-perplexity-fixtures.sh [MODEL.gguf ...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$("$root/scripts/build-llama-cpp.sh")"
+bin="$("$root/scripts/build-llama-cpp.sh" --parity)"
 text="${TEXT:-/usr/share/common-licenses/GPL-3}"
 chunks="${CHUNKS:-4}"
 n_ctx=512

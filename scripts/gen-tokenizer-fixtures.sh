@@ -13,12 +13,12 @@
 # tests/fixtures/tokenizer/manifest.json records the flags and the peer build.
 #
 # Usage: scripts/gen-tokenizer-fixtures.sh [model.gguf ...]   (default: all in models/)
-# Needs llama.cpp built by scripts/build-llama-cpp.sh (LLAMA_BIN overrides the bin dir).
+# Needs llama.cpp built by scripts/build-llama-cpp.sh --parity (LLAMA_BIN overrides the bin dir).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${LLAMA_BIN:-${KESTREL_PEER_DIR:-$HOME/.cache/kestrel/llama.cpp}/build/bin}"
+bin="${LLAMA_BIN:-${KESTREL_PEER_DIR:-$HOME/.cache/kestrel/llama.cpp}/build-avx2/bin}"
 tok="$bin/llama-tokenize"
-[ -x "$tok" ] || { echo "error: $tok not found; run scripts/build-llama-cpp.sh" >&2; exit 1; }
+[ -x "$tok" ] || { echo "error: $tok not found; run scripts/build-llama-cpp.sh --parity" >&2; exit 1; }
 fix="$root/tests/fixtures/tokenizer"
 if [ $# -gt 0 ]; then models=("$@"); else models=("$root"/models/*.gguf); fi
 jobs="${JOBS:-2}"

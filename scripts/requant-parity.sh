@@ -5,7 +5,7 @@
 # Usage: scripts/requant-parity.sh [TYPE ...]   (default: Q4_0 Q5_1 Q8_0 Q2_K Q3_K Q5_K F16)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$("$root/scripts/build-llama-cpp.sh")"
+bin="$("$root/scripts/build-llama-cpp.sh" --parity)"
 "$root/scripts/fetch-models.sh" smollm2
 (cd "$root" && cargo build --release -q -p kestrel-cli)
 kestrel="$root/target/release/kestrel"

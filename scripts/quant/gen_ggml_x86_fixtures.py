@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Record what a real x86-64 ggml-cpu computes, for kestrel-quant's parity test.
 
-Loads libggml-cpu.so from a local llama.cpp build (GGML_NATIVE on an AVX2
-machine, so the AVX2 kernels are the ones compiled in) through ctypes and
+Loads libggml-cpu.so from a local llama.cpp build for AVX2 (the parity
+build, so the AVX2 kernels are the ones compiled in) through ctypes and
 records:
 - Q8_0 / Q8_1 / Q8_K activation quantization of random f32 rows (including
   planted .5 ties), which kestrel-quant must reproduce byte for byte;
@@ -13,7 +13,8 @@ records:
 Usage:
     python3 scripts/quant/gen_ggml_x86_fixtures.py [path/to/build/bin] \
         > tests/fixtures/quant/ggml_x86.txt
-Needs numpy only. Default library dir: ~/.cache/kestrel/llama.cpp/build/bin.
+Needs numpy only. Default library dir: ~/.cache/kestrel/llama.cpp/build-avx2/bin
+(scripts/build-llama-cpp.sh --parity).
 
 It also runs whole matrix products through ggml's graph API (plain
 buffers, and the CPU_REPACK buffer that llama.cpp puts Q4_0/Q4_K weights in),
@@ -33,7 +34,7 @@ import sys
 
 import numpy as np
 
-LIB_DIR = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/kestrel/llama.cpp/build/bin")
+LIB_DIR = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/kestrel/llama.cpp/build-avx2/bin")
 ctypes.CDLL(os.path.join(LIB_DIR, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
 base = ctypes.CDLL(os.path.join(LIB_DIR, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
 cpu = ctypes.CDLL(os.path.join(LIB_DIR, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)

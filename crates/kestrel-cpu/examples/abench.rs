@@ -4,6 +4,7 @@
 //! step's worth, from memory), on THREADS threads (2).
 //! usage: CTX=126 K=4 LAYERS=30 THREADS=2 cargo run --release -p kestrel-cpu --example abench
 use kestrel_cpu::attention::{attend_batch, AttnItem, AttnShape};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 fn main() {
@@ -13,7 +14,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(d)
     };
-    let (ctx, k, layers) = (
+    let (ctx_len, k, layers) = (
         env("CTX", 126).max(1),
         env("K", 4).max(1),
         env("LAYERS", 1).max(1),
@@ -38,29 +39,61 @@ fn main() {
         st ^= st << 5;
         kestrel_quant::f32_to_f16((st as f32 / u32::MAX as f32) - 0.5)
     };
-    let mut cache = || -> Vec<u16> { (0..ctx * nkv * d).map(|_| rnd()).collect() };
+    let mut cache = || -> Vec<u16> { (0..ctx_len * nkv * d).map(|_| rnd()).collect() };
     let caches: Vec<Vec<(Vec<u16>, Vec<u16>)>> = (0..layers)
         .map(|_| (0..k).map(|_| (cache(), cache())).collect())
         .collect();
     let q: Vec<f32> = (0..nh * d).map(|i| (i % 7) as f32 * 0.1).collect();
     let reps = (3000 / layers).max(1) * layers;
-    let t0 = Instant::now();
-    for r in 0..reps {
-        let items: Vec<AttnItem<'_>> = caches[r % layers]
-            .iter()
-            .map(|(kc, vc)| AttnItem {
-                q: &q,
-                kc,
-                vc,
-                pos0: ctx - 1,
-                n_tok: 1,
-            })
-            .collect();
-        std::hint::black_box(attend_batch(&s, &items, &pool));
-    }
-    let us = t0.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    // FLUSH: KiB of another buffer read before each call, as a step's
+    // weight products evict the cache between its layers' attention.
+    let flush = env("FLUSH", 0) * 128;
+    let big: Vec<u64> = (0..(256usize << 17).max(2 * flush) as u64).collect();
+    // As in a forward pass: the calls come from a worker of the pool while
+    // the others spin, taking the parallel work as it appears (calls from
+    // outside the pool waited on each hand-off for a worker to wake).
+    let done = AtomicBool::new(false);
+    let spent_out = std::sync::Mutex::new(std::time::Duration::ZERO);
+    pool.broadcast(|ctx| {
+        if ctx.index() != 0 {
+            while !done.load(Ordering::Acquire) {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::hint::spin_loop();
+                }
+            }
+            return;
+        }
+        let mut sink = 0u64;
+        let mut spent = std::time::Duration::ZERO;
+        for r in 0..reps {
+            if flush > 0 {
+                let at = (r * flush) % (big.len() - flush);
+                sink = big[at..at + flush]
+                    .iter()
+                    .fold(sink, |a, &b| a.wrapping_add(b));
+            }
+            let items: Vec<AttnItem<'_>> = caches[r % layers]
+                .iter()
+                .map(|(kc, vc)| AttnItem {
+                    q: &q,
+                    kc,
+                    vc,
+                    pos0: ctx_len - 1,
+                    n_tok: 1,
+                    kv_cells: env("CELLS", 0),
+                })
+                .collect();
+            let t = Instant::now();
+            std::hint::black_box(attend_batch(&s, &items, &pool));
+            spent += t.elapsed();
+        }
+        std::hint::black_box(sink);
+        done.store(true, Ordering::Release);
+        *spent_out.lock().unwrap() = spent;
+    });
+    let us = spent_out.into_inner().unwrap().as_secs_f64() * 1e6 / reps as f64;
     println!(
-        "K={k} CTX={ctx} LAYERS={layers}: {us:.1} us per call, {:.2} ns per head and key",
-        us * 1e3 / (k * nh * ctx) as f64
+        "K={k} CTX={ctx_len} LAYERS={layers}: {us:.1} us per call, {:.2} ns per head and key",
+        us * 1e3 / (k * nh * ctx_len) as f64
     );
 }

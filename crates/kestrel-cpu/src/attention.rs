@@ -5,12 +5,16 @@
 //! rounded to f16 and V accumulated in f16; larger batches go in 64x64 tiles
 //! in f32 (see [`attend_tiled`]).
 //!
-//! Not yet followed: ggml's split-KV decode path, taken for one query over
-//! 512+ keys, which sums partial results per thread; decode past 512 tokens
-//! of context can therefore part from llama.cpp after a near-tie.
+//! One query over a cache view of 512+ cells (llama.cpp's view is the cells
+//! up to the query's rounded up to 256, so from position 256 on) takes ggml's
+//! split-KV path: the view is cut into one chunk of keys per thread, each
+//! chunk's partial (maximum, sum, f16-accumulated value sums) is computed as
+//! above, and the partials are merged in chunk order (see [`SplitKv`]).
 
 use crate::ops::exp_minus8;
 use kestrel_quant::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_to_f16_row};
+use std::ops::Range;
+
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
@@ -52,10 +56,10 @@ pub fn attend(
     let one = |i: usize, dst: &mut [f32]| {
         // Chunk i is query row i, or head i of the single query row.
         if n_tok == 1 {
-            heads_dispatch(s, q, kc, vc, pos0, 0, i, dst);
+            heads_dispatch(s, q, kc, vc, 0, causal_keys(s, pos0), i, dst, None);
         } else {
             for (h, d) in dst.chunks_exact_mut(dv).enumerate() {
-                heads_dispatch(s, q, kc, vc, pos0, i, h, d);
+                heads_dispatch(s, q, kc, vc, i, causal_keys(s, pos0 + i), h, d, None);
             }
         }
     };
@@ -82,6 +86,97 @@ pub struct AttnItem<'a> {
     pub vc: &'a [u16],
     pub pos0: usize,
     pub n_tok: usize,
+    /// The cells llama.cpp's cache would have for this sequence (its
+    /// context rounded up to 256), which with the thread count decides
+    /// ggml's split-KV chunks for one query; 0 never splits.
+    pub kv_cells: usize,
+}
+
+/// The keys a query at position `p` reads: all before it, or the window's.
+fn causal_keys(s: &AttnShape, p: usize) -> Range<usize> {
+    let lo = if s.window > 0 {
+        (p + 1).saturating_sub(s.window)
+    } else {
+        0
+    };
+    lo..p + 1
+}
+
+/// ggml's split-KV decode (`flash_attn_ext_f16` with one query row and a
+/// view of 512+ cells): the view is `n_kv` cells, llama.cpp's
+/// `get_n_kv` (the cells up to the query's, rounded up to 256, at least
+/// 256, at most the cache's), cut into one chunk of `chunk` cells per
+/// thread; masked cells (past the query, outside the window) are skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitKv {
+    pub n_kv: usize,
+    pub chunk: usize,
+    pub chunks: usize,
+}
+
+impl SplitKv {
+    /// The split for one query at position `p` in a cache of `kv_cells`
+    /// cells on `threads` threads, if ggml takes that path.
+    pub fn for_query(p: usize, kv_cells: usize, threads: usize) -> Option<SplitKv> {
+        let n_kv = kv_cells.min((p + 1).next_multiple_of(256).max(256));
+        (n_kv >= 512).then(|| {
+            let chunks = threads.max(1);
+            SplitKv {
+                n_kv,
+                chunk: n_kv.div_ceil(chunks),
+                chunks,
+            }
+        })
+    }
+
+    /// Chunk `c`'s keys among `keys` (maybe none).
+    fn keys(&self, c: usize, keys: &Range<usize>) -> Range<usize> {
+        let start = (c * self.chunk).min(self.n_kv).max(keys.start);
+        let end = ((c + 1) * self.chunk).min(self.n_kv).min(keys.end);
+        start..end.max(start)
+    }
+}
+
+/// ggml's `flash_attn_ext_reduce_partials` for one head: the chunks'
+/// (maximum, sum) and unscaled value sums merged in chunk order, each
+/// step's products fused as ggml's compiler fuses them (the old term's),
+/// then scaled by the sum's reciprocal.
+fn merge_partials<'a>(chunks: impl Iterator<Item = ((f32, f32), &'a [f32])>, dst: &mut [f32]) {
+    /// With FMA enabled, so the fused steps are instructions, not calls.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fused<'a>(chunks: impl Iterator<Item = ((f32, f32), &'a [f32])>, dst: &mut [f32]) {
+        merge_body(chunks, dst)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if kestrel_quant::avx2_in_use() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { fused(chunks, dst) };
+    }
+    merge_body(chunks, dst)
+}
+
+#[inline(always)]
+fn merge_body<'a>(chunks: impl Iterator<Item = ((f32, f32), &'a [f32])>, dst: &mut [f32]) {
+    dst.fill(0.0);
+    let (mut m, mut total) = (f32::NEG_INFINITY, 0f32);
+    for ((mc, sc), vkq) in chunks {
+        if sc == 0.0 {
+            continue;
+        }
+        let m_new = m.max(mc);
+        let old = (m - m_new).exp();
+        let new = (mc - m_new).exp();
+        for (d, &v) in dst.iter_mut().zip(vkq.iter()) {
+            *d = d.mul_add(old, v * new);
+        }
+        total = total.mul_add(old, sc * new);
+        m = m_new;
+    }
+    if total != 0.0 {
+        let inv = 1.0 / total;
+        dst.iter_mut().for_each(|d| *d *= inv);
+    }
 }
 
 /// [`attend`] for several sequences at once, with the same results for each.
@@ -121,22 +216,84 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
         .rev()
         .find(|&r| rows * s.n_head_kv * n_rep.div_ceil(r) >= threads)
         .unwrap_or(1);
-    let mut tasks: Vec<(&AttnItem<'_>, usize, usize, &mut [f32])> = Vec::new();
+    // Items on ggml's split-KV path: per chunk, each head's (maximum, sum)
+    // and unscaled value sums, merged once every chunk is done.
+    let threads_for_split = pool.current_num_threads();
+    let splits: Vec<Option<SplitKv>> = items
+        .iter()
+        .map(|it| {
+            (it.n_tok == 1)
+                .then(|| SplitKv::for_query(it.pos0, it.kv_cells, threads_for_split))
+                .flatten()
+        })
+        .collect();
+    let mut partials: Vec<Partials> = splits
+        .iter()
+        .map(|sp| Partials::new(sp.map_or(0, |sp| sp.chunks), s.n_head, dv))
+        .collect();
+    let mut tasks: Vec<Task<'_, '_>> = Vec::new();
     let mut work = 0;
-    for (it, out) in items.iter().zip(outs.iter_mut()) {
+    for (((it, out), sp), part) in items
+        .iter()
+        .zip(outs.iter_mut())
+        .zip(&splits)
+        .zip(partials.iter_mut())
+    {
         if it.n_tok >= TILED_MIN_QUERIES {
             continue;
         }
         work += it.n_tok * s.n_head * (it.pos0 + it.n_tok) * (s.head_dim_k + dv);
+        if let Some(sp) = sp {
+            let keys = causal_keys(s, it.pos0);
+            for (c, (st, su)) in part
+                .stats
+                .chunks_exact_mut(s.n_head)
+                .zip(part.sums.chunks_exact_mut(s.n_head * dv))
+                .enumerate()
+            {
+                let ck = sp.keys(c, &keys);
+                if ck.is_empty() {
+                    continue;
+                }
+                for (g, (gs, gu)) in st
+                    .chunks_exact_mut(n_rep)
+                    .zip(su.chunks_exact_mut(n_rep * dv))
+                    .enumerate()
+                {
+                    for (i, (rs, ru)) in gs.chunks_mut(run).zip(gu.chunks_mut(run * dv)).enumerate()
+                    {
+                        tasks.push(Task {
+                            it,
+                            t: 0,
+                            keys: ck.clone(),
+                            h0: g * n_rep + i * run,
+                            dst: ru,
+                            stats: Some(rs),
+                        });
+                    }
+                }
+            }
+            continue;
+        }
         for (g, group) in out.chunks_exact_mut(n_rep * dv).enumerate() {
             let (t, h) = (g / s.n_head_kv, (g % s.n_head_kv) * n_rep);
             for (i, d) in group.chunks_mut(run * dv).enumerate() {
-                tasks.push((it, t, h + i * run, d));
+                tasks.push(Task {
+                    it,
+                    t,
+                    keys: causal_keys(s, it.pos0 + t),
+                    h0: h + i * run,
+                    dst: d,
+                    stats: None,
+                });
             }
         }
     }
-    let one = |(it, t, h, d): (&AttnItem<'_>, usize, usize, &mut [f32])| {
-        heads_dispatch(s, it.q, it.kc, it.vc, it.pos0, t, h, d)
+    let one = |task: Task<'_, '_>| {
+        let it = task.it;
+        heads_dispatch(
+            s, it.q, it.kc, it.vc, task.t, task.keys, task.h0, task.dst, task.stats,
+        )
     };
     if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
         tasks.into_iter().for_each(one);
@@ -150,36 +307,110 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             }
         });
     }
+    for ((out, sp), part) in outs.iter_mut().zip(&splits).zip(&partials) {
+        if sp.is_some() {
+            part.merge_into(out);
+        }
+    }
     outs
 }
 
+/// One split sequence's partials, `[chunk][head]`: (maximum, sum) and the
+/// unscaled value sums (head_dim_v each). A chunk with no keys keeps
+/// (-inf, 0), which the merge skips as ggml's does.
+struct Partials {
+    chunks: usize,
+    n_head: usize,
+    dv: usize,
+    stats: Vec<(f32, f32)>,
+    sums: Vec<f32>,
+}
+
+impl Partials {
+    fn new(chunks: usize, n_head: usize, dv: usize) -> Self {
+        Partials {
+            chunks,
+            n_head,
+            dv,
+            stats: vec![(f32::NEG_INFINITY, 0f32); chunks * n_head],
+            sums: vec![0f32; chunks * n_head * dv],
+        }
+    }
+
+    /// Every head's merged result into `out` (n_head rows of head_dim_v).
+    fn merge_into(&self, out: &mut [f32]) {
+        let (n_head, dv) = (self.n_head, self.dv);
+        for (h, dst) in out.chunks_exact_mut(dv).enumerate() {
+            let chunk = |c: usize| {
+                let at = c * n_head + h;
+                (self.stats[at], &self.sums[at * dv..(at + 1) * dv])
+            };
+            merge_partials((0..self.chunks).map(chunk), dst);
+        }
+    }
+}
+
+/// One task of [`attend_batch`]: query row `t` of an item, heads `h0..`
+/// (as many as `dst` holds rows), over `keys`; with `stats`, a split-KV
+/// chunk's partial.
+struct Task<'a, 'b> {
+    it: &'b AttnItem<'a>,
+    t: usize,
+    keys: Range<usize>,
+    h0: usize,
+    dst: &'b mut [f32],
+    stats: Option<&'b mut [(f32, f32)]>,
+}
+
 /// Attention of query row `t` for heads `h0..h0 + n` (all reading the same
-/// KV head) into `dst` (n rows of head_dim_v): [`head`], compiled with
-/// AVX2/FMA (or AVX-512) where the CPU has them.
+/// KV head) over `keys` into `dst` (n rows of head_dim_v): [`head`],
+/// compiled with AVX2/FMA (or AVX-512) where the CPU has them. With
+/// `stats`, each head's (running maximum, sum) goes there and `dst` gets
+/// the value sums unscaled (a split-KV partial).
 #[allow(clippy::too_many_arguments)]
 fn heads_dispatch(
     s: &AttnShape,
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h0: usize,
     dst: &mut [f32],
+    stats: Option<&mut [(f32, f32)]>,
 ) {
     #[cfg(target_arch = "x86_64")]
     if kestrel_quant::avx512_in_use() {
         // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL (checked
         // just above).
-        return unsafe { heads_avx512(s, q, kc, vc, pos0, t, h0, dst) };
+        return unsafe { heads_avx512(s, q, kc, vc, t, keys, h0, dst, stats) };
     }
     #[cfg(target_arch = "x86_64")]
     if kestrel_quant::avx2_in_use() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-        return unsafe { heads_avx2(s, q, kc, vc, pos0, t, h0, dst) };
+        return unsafe { heads_avx2(s, q, kc, vc, t, keys, h0, dst, stats) };
     }
+    heads_portable(s, q, kc, vc, t, keys, h0, dst, stats);
+}
+
+/// [`head`] for each of the heads of [`heads_dispatch`].
+#[allow(clippy::too_many_arguments)]
+fn heads_portable(
+    s: &AttnShape,
+    q: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    t: usize,
+    keys: Range<usize>,
+    h0: usize,
+    dst: &mut [f32],
+    mut stats: Option<&mut [(f32, f32)]>,
+) {
     for (i, d) in dst.chunks_exact_mut(s.head_dim_v).enumerate() {
-        head(s, q, kc, vc, pos0, t, h0 + i, d);
+        let st = head(s, q, kc, vc, t, keys.clone(), h0 + i, d, stats.is_some());
+        if let Some(stats) = stats.as_deref_mut() {
+            stats[i] = st;
+        }
     }
 }
 
@@ -200,13 +431,14 @@ unsafe fn heads_avx2(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h0: usize,
     dst: &mut [f32],
+    stats: Option<&mut [(f32, f32)]>,
 ) {
     // SAFETY: AVX2, FMA and F16C are enabled here.
-    unsafe { heads_x86::<false>(s, q, kc, vc, pos0, t, h0, dst) }
+    unsafe { heads_x86::<false>(s, q, kc, vc, t, keys, h0, dst, stats) }
 }
 
 /// [`heads_avx2`] with AVX-512: each step over 16 lanes instead of 8 (the
@@ -220,13 +452,14 @@ unsafe fn heads_avx512(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h0: usize,
     dst: &mut [f32],
+    stats: Option<&mut [(f32, f32)]>,
 ) {
     // SAFETY: AVX2, FMA, F16C and AVX-512 F/BW/VL are enabled here.
-    unsafe { heads_x86::<true>(s, q, kc, vc, pos0, t, h0, dst) }
+    unsafe { heads_x86::<true>(s, q, kc, vc, t, keys, h0, dst, stats) }
 }
 
 /// The body of [`heads_avx2`] (`WIDE` false) and [`heads_avx512`] (true),
@@ -239,20 +472,26 @@ unsafe fn heads_x86<const WIDE: bool>(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h0: usize,
     dst: &mut [f32],
+    stats: Option<&mut [(f32, f32)]>,
 ) {
     let dv = s.head_dim_v;
+    let mut stats = stats;
     for (i, d) in dst.chunks_mut(MAX_RUN * dv).enumerate() {
         let h = h0 + i * MAX_RUN;
+        let st = stats
+            .as_deref_mut()
+            .map(|st| &mut st[i * MAX_RUN..i * MAX_RUN + d.len() / dv]);
+        let k = keys.clone();
         // SAFETY (all four): the caller has the features WIDE asks for.
         match d.len() / dv {
-            1 => unsafe { run_x86::<WIDE, 1>(s, q, kc, vc, pos0, t, h, d) },
-            2 => unsafe { run_x86::<WIDE, 2>(s, q, kc, vc, pos0, t, h, d) },
-            3 => unsafe { run_x86::<WIDE, 3>(s, q, kc, vc, pos0, t, h, d) },
-            _ => unsafe { run_x86::<WIDE, MAX_RUN>(s, q, kc, vc, pos0, t, h, d) },
+            1 => unsafe { run_x86::<WIDE, 1>(s, q, kc, vc, t, k, h, d, st) },
+            2 => unsafe { run_x86::<WIDE, 2>(s, q, kc, vc, t, k, h, d, st) },
+            3 => unsafe { run_x86::<WIDE, 3>(s, q, kc, vc, t, k, h, d, st) },
+            _ => unsafe { run_x86::<WIDE, MAX_RUN>(s, q, kc, vc, t, k, h, d, st) },
         }
     }
 }
@@ -269,16 +508,15 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h0: usize,
     dst: &mut [f32],
+    stats: Option<&mut [(f32, f32)]>,
 ) {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
-    if !dv.is_multiple_of(64) {
-        for (i, d) in dst.chunks_exact_mut(dv).enumerate() {
-            head(s, q, kc, vc, pos0, t, h0 + i, d);
-        }
+    if !dv.is_multiple_of(64) || keys.is_empty() {
+        heads_portable(s, q, kc, vc, t, keys, h0, dst, stats);
         return;
     }
     let q_w = s.n_head * dk;
@@ -290,17 +528,12 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         kvh,
         "heads of one KV head"
     );
-    let p = pos0 + t;
-    let lo = if s.window > 0 {
-        (p + 1).saturating_sub(s.window)
-    } else {
-        0
-    };
-    let nk = p + 1 - lo;
+    let (lo, end) = (keys.start, keys.end);
+    let nk = end - lo;
     // The loops below fetch KV_PREFETCH rows ahead; the first rows are
     // asked for here, before the query's conversion, so a short context
     // does not start on a miss.
-    for j in lo..(lo + KV_PREFETCH).min(p + 1) {
+    for j in lo..(lo + KV_PREFETCH).min(end) {
         prefetch_row(kc, j * k_w + kvh * dk, dk);
     }
     let sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
@@ -316,13 +549,13 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // all the heads, the query converted once, and the sixteen dot
     // products reduced together (`dots16_avx512`); the rest key by key.
     let done = if WIDE && dk.is_multiple_of(32) {
-        // SAFETY: the caller has AVX-512 F/BW/VL; the key rows of lo..=p
+        // SAFETY: the caller has AVX-512 F/BW/VL; the key rows of lo..end
         // are in the cache (the slicing below checks the same rows).
         unsafe { dots16_avx512::<H>(kc, k_w, kvh * dk, lo, nk, &q16, dk, &mut dots) }
     } else {
         0
     };
-    for (i, j) in (lo..=p).enumerate().skip(done) {
+    for (i, j) in (lo..end).enumerate().skip(done) {
         let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
         prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
         for (hh, qh) in q16.chunks_exact(dk).enumerate() {
@@ -343,7 +576,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // time with AVX-512, the libm function's own steps), then the running
     // sum. A libm call per key in one loop cost a quarter of the attention.
     // Likewise the first value rows, which arrive during the softmax.
-    for j in lo..(lo + KV_PREFETCH).min(p + 1) {
+    for j in lo..(lo + KV_PREFETCH).min(end) {
         prefetch_row(vc, j * v_w + kvh * dv, dv);
     }
     let mut steps = reuse(sc.steps, H * nk, (0f32, 0f32));
@@ -398,8 +631,27 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
             steps[k] = (ms, vs);
         }
     }
-    for (inv, &sum) in inv.iter_mut().zip(&sum) {
-        *inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    match stats {
+        // A split-KV partial: the maximum as `online_step` leaves it, the
+        // sum, and the value sums as they stand (times 1, exact).
+        Some(stats) => {
+            for (hh, (st, inv)) in stats.iter_mut().zip(inv.iter_mut()).enumerate() {
+                let mut m = f32::NEG_INFINITY;
+                for &d in &dots[hh * nk..(hh + 1) * nk] {
+                    let sc = d * s.scale;
+                    if sc > m {
+                        m = sc;
+                    }
+                }
+                *st = (m, sum[hh]);
+                *inv = 1.0;
+            }
+        }
+        None => {
+            for (inv, &sum) in inv.iter_mut().zip(&sum) {
+                *inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            }
+        }
     }
     let at0 = lo * v_w + kvh * dv;
     for b in 0..dv / 64 {
@@ -994,9 +1246,11 @@ unsafe fn dots16_avx512<const H: usize>(
     16 * blocks
 }
 
-/// Attention of query row `t`, head `h`, into `dst` (head_dim_v values), in
-/// the rounding of ggml's one-query-at-a-time path (`flash_attn_ext_f16_one_chunk`):
-/// Q rounded to f16, f16 dot products, V accumulated in f16.
+/// Attention of query row `t`, head `h`, over `keys`, into `dst`
+/// (head_dim_v values), in the rounding of ggml's one-query-at-a-time path
+/// (`flash_attn_ext_f16_one_chunk`): Q rounded to f16, f16 dot products, V
+/// accumulated in f16. Returns the running maximum and the sum; with
+/// `partial`, `dst` gets the value sums unscaled (a split-KV chunk's).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn head(
@@ -1004,45 +1258,45 @@ fn head(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
-    pos0: usize,
     t: usize,
+    keys: Range<usize>,
     h: usize,
     dst: &mut [f32],
-) {
+    partial: bool,
+) -> (f32, f32) {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
     let k_w = s.n_head_kv * dk;
     let v_w = s.n_head_kv * dv;
     let kvh = h / (s.n_head / s.n_head_kv);
-    let p = pos0 + t;
-    let lo = if s.window > 0 {
-        (p + 1).saturating_sub(s.window)
-    } else {
-        0
-    };
     let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
     let key = |j: usize| &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
     let value = |j: usize| &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
     let mut m = f32::NEG_INFINITY;
     let mut sum = 0f32;
-    {
-        let mut q16 = vec![0u16; dk];
-        let mut acc = vec![0u16; dv];
-        f32_to_f16_row(qh, &mut q16);
-        for j in lo..=p {
-            let sc = f16_dot(key(j), &q16) * s.scale;
-            let (ms, vs) = online_step(&mut m, sc);
-            if ms != 1.0 {
-                f16_scale(&mut acc, ms);
-            }
-            f16_mad(&mut acc, value(j), vs);
-            sum = sum.mul_add(ms, vs);
+    let mut q16 = vec![0u16; dk];
+    let mut acc = vec![0u16; dv];
+    f32_to_f16_row(qh, &mut q16);
+    for j in keys {
+        let sc = f16_dot(key(j), &q16) * s.scale;
+        let (ms, vs) = online_step(&mut m, sc);
+        if ms != 1.0 {
+            f16_scale(&mut acc, ms);
         }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        let mut wide = vec![0f32; dv];
-        f16_to_f32_row(&acc, &mut wide);
-        dst.iter_mut().zip(&wide).for_each(|(d, a)| *d = a * inv);
+        f16_mad(&mut acc, value(j), vs);
+        sum = sum.mul_add(ms, vs);
     }
+    let inv = if partial {
+        1.0
+    } else if sum == 0.0 {
+        0.0
+    } else {
+        1.0 / sum
+    };
+    let mut wide = vec![0f32; dv];
+    f16_to_f32_row(&acc, &mut wide);
+    dst.iter_mut().zip(&wide).for_each(|(d, a)| *d = a * inv);
+    (m, sum)
 }
 
 /// ggml's key tile (`GGML_FA_TILE_KV`); its query tile is the same size.
@@ -1542,6 +1796,156 @@ mod tests {
         }
     }
 
+    /// llama.cpp's view of the cache (`get_n_kv`) and ggml's chunking of it.
+    #[test]
+    fn split_kv_follows_llama_cpp_view_and_chunks() {
+        // Up to position 255 the view is 256 cells: no split.
+        assert_eq!(SplitKv::for_query(0, 4096, 2), None);
+        assert_eq!(SplitKv::for_query(255, 4096, 2), None);
+        // A cache under 512 cells never splits.
+        assert_eq!(SplitKv::for_query(300, 256, 2), None);
+        let at = |p, cells, threads| SplitKv::for_query(p, cells, threads).expect("a split");
+        let sp = at(256, 4096, 2);
+        assert_eq!((sp.n_kv, sp.chunk, sp.chunks), (512, 256, 2));
+        assert_eq!(sp.keys(0, &(0..257)), 0..256);
+        assert_eq!(sp.keys(1, &(0..257)), 256..257);
+        // Three threads: chunks of 171, the last one short; the view stops
+        // at the cache's cells.
+        let sp = at(700, 768, 3);
+        assert_eq!((sp.n_kv, sp.chunk), (768, 256));
+        let sp = at(520, 4096, 3);
+        assert_eq!((sp.n_kv, sp.chunk), (768, 256));
+        assert_eq!(sp.keys(2, &(0..521)), 512..521);
+        let sp = at(256, 4096, 3);
+        assert_eq!(sp.chunk, 171);
+        assert_eq!(sp.keys(2, &(0..257)), 342..342, "masked chunk: no keys");
+        // A window cuts the first chunk's keys.
+        assert_eq!(at(600, 4096, 2).keys(0, &(89..601)), 89..384);
+    }
+
+    /// The split-KV decode of `attend_batch` against a plain transcription
+    /// of ggml's: each chunk's online softmax key by key (f16 accumulator),
+    /// then the partials merged in chunk order with the fused steps its
+    /// compiler emits, bit for bit; on 1-3 threads, with GQA and a window,
+    /// and one sequence under the split beside one that is not.
+    #[test]
+    fn split_kv_decode_equals_ggml_transcription() {
+        let mut st = 0x5eed_u32;
+        let mut rnd = || {
+            st ^= st << 13;
+            st ^= st >> 17;
+            st ^= st << 5;
+            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        for (threads, pos, window, dim) in [
+            (2usize, 256usize, 0usize, 64usize),
+            (2, 700, 0, 64),
+            (3, 520, 0, 64),
+            (1, 300, 0, 64),
+            (2, 600, 100, 32),
+            (3, 900, 0, 128),
+        ] {
+            let (n_head, n_head_kv) = (6usize, 2usize);
+            let s = AttnShape {
+                n_head,
+                n_head_kv,
+                head_dim_k: dim,
+                head_dim_v: dim,
+                scale: 0.25,
+                window,
+            };
+            let cells = 1024;
+            let kc: Vec<u16> = (0..cells * n_head_kv * dim)
+                .map(|_| f32_to_f16(rnd() * 3.0))
+                .collect();
+            let vc: Vec<u16> = (0..cells * n_head_kv * dim)
+                .map(|_| f32_to_f16(rnd() * 4.0))
+                .collect();
+            let q: Vec<f32> = (0..n_head * dim).map(|_| rnd() * 2.0).collect();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let item = |pos0, kv_cells| AttnItem {
+                q: &q,
+                kc: &kc,
+                vc: &vc,
+                pos0,
+                n_tok: 1,
+                kv_cells,
+            };
+            let got = attend_batch(&s, &[item(pos, cells), item(100, cells)], &pool);
+
+            // ggml, transcribed: n_kv, chunk = ceil(n_kv / nth), per chunk
+            // and head M, S and VKQ (f16 accumulator read back as f32).
+            let n_kv = cells.min((pos + 1).div_ceil(256) * 256);
+            let chunk = n_kv.div_ceil(threads);
+            let lo = if window > 0 {
+                (pos + 1).saturating_sub(window)
+            } else {
+                0
+            };
+            let mut want = vec![0f32; n_head * dim];
+            for (h, out) in want.chunks_exact_mut(dim).enumerate() {
+                let kvh = h / (n_head / n_head_kv);
+                let mut q16 = vec![0u16; dim];
+                f32_to_f16_row(&q[h * dim..(h + 1) * dim], &mut q16);
+                let (mut m_f, mut s_f) = (f32::NEG_INFINITY, 0f32);
+                let mut vkq_f = vec![0f32; dim];
+                for c in 0..threads {
+                    let ic_start = c * chunk;
+                    if ic_start >= n_kv {
+                        continue;
+                    }
+                    let ic_end = (ic_start + chunk).min(n_kv);
+                    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+                    let mut acc = vec![0u16; dim];
+                    for ic in ic_start..ic_end {
+                        if ic > pos || ic < lo {
+                            continue; // masked
+                        }
+                        let at = (ic * n_head_kv + kvh) * dim;
+                        let sc = f16_dot(&kc[at..at + dim], &q16) * s.scale;
+                        let (mut ms, mut vs) = (1f32, 1f32);
+                        if sc > m {
+                            let old = m;
+                            m = sc;
+                            ms = (old - m).exp();
+                            f16_scale(&mut acc, ms);
+                        } else {
+                            vs = (sc - m).exp();
+                        }
+                        f16_mad(&mut acc, &vc[at..at + dim], vs);
+                        // `S = S*ms + vs`, fused by ggml's compiler.
+                        sum = sum.mul_add(ms, vs);
+                    }
+                    let vkq: Vec<f32> = acc.iter().map(|&a| f16_to_f32(a)).collect();
+                    if sum == 0.0 {
+                        continue;
+                    }
+                    let m_new = m_f.max(m);
+                    let (so, sn) = ((m_f - m_new).exp(), (m - m_new).exp());
+                    for (f, v) in vkq_f.iter_mut().zip(&vkq) {
+                        *f = f.mul_add(so, v * sn);
+                    }
+                    s_f = s_f.mul_add(so, sum * sn);
+                    m_f = m_new;
+                }
+                let inv = 1.0 / s_f;
+                for (o, v) in out.iter_mut().zip(&vkq_f) {
+                    *o = v * inv;
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let at = format!("{threads} threads, position {pos}, window {window}, dim {dim}");
+            assert_eq!(bits(&got[0]), bits(&want), "{at}");
+            // The sequence at position 100 (a 256-cell view) is not split:
+            // it equals `attend`.
+            let plain = attend(&s, &q, &kc, &vc, 100, 1, &pool);
+            assert_eq!(bits(&got[1]), bits(&plain), "{at}: unsplit sequence");
+        }
+    }
+
     /// The AVX2 and AVX-512 one-query paths against the portable one, bit
     /// for bit, with GQA, runs of 1 to 6 heads of one KV head (past the
     /// four interleaved at once), windows, and contexts long enough for the
@@ -1588,8 +1992,9 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for t in 0..n_tok {
                 let mut want = vec![0f32; n_head * dim];
+                let keys = causal_keys(&s, pos0 + t);
                 for (h, d) in want.chunks_exact_mut(dim).enumerate() {
-                    head(&s, &q, &kc, &vc, pos0, t, h, d);
+                    head(&s, &q, &kc, &vc, t, keys.clone(), h, d, false);
                 }
                 // Every run (h0, n) inside one KV head's group.
                 for h0 in 0..n_head {
@@ -1597,13 +2002,55 @@ mod tests {
                         let want = &want[h0 * dim..(h0 + n) * dim];
                         let mut got = vec![0f32; n * dim];
                         // SAFETY: AVX2, FMA and F16C were detected above.
-                        unsafe { heads_avx2(&s, &q, &kc, &vc, pos0, t, h0, &mut got) };
+                        unsafe {
+                            heads_avx2(&s, &q, &kc, &vc, t, keys.clone(), h0, &mut got, None)
+                        };
                         let at = format!("dim {dim} pos0 {pos0} t {t} heads {h0}+{n}");
                         assert_eq!(bits(&got), bits(want), "AVX2: {at}");
                         if kestrel_quant::avx512_in_use() {
                             // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
-                            unsafe { heads_avx512(&s, &q, &kc, &vc, pos0, t, h0, &mut got) };
+                            unsafe {
+                                heads_avx512(&s, &q, &kc, &vc, t, keys.clone(), h0, &mut got, None)
+                            };
                             assert_eq!(bits(&got), bits(want), "AVX-512: {at}");
+                        }
+                        // A split-KV chunk's partial over the later keys:
+                        // the same maxima, sums and unscaled value sums.
+                        let part = keys.start + keys.len() / 3..keys.end;
+                        let mut want_st = vec![(0f32, 0f32); n];
+                        let mut want_p = vec![0f32; n * dim];
+                        let (w, ws) = (&mut want_p, &mut want_st);
+                        heads_portable(&s, &q, &kc, &vc, t, part.clone(), h0, w, Some(ws));
+                        let st_bits = |v: &[(f32, f32)]| {
+                            v.iter()
+                                .map(|(m, x)| (m.to_bits(), x.to_bits()))
+                                .collect::<Vec<_>>()
+                        };
+                        let mut st = vec![(0f32, 0f32); n];
+                        // SAFETY: AVX2, FMA and F16C were detected above.
+                        unsafe {
+                            heads_avx2(
+                                &s,
+                                &q,
+                                &kc,
+                                &vc,
+                                t,
+                                part.clone(),
+                                h0,
+                                &mut got,
+                                Some(&mut st),
+                            )
+                        };
+                        assert_eq!(bits(&got), bits(&want_p), "AVX2 partial: {at}");
+                        assert_eq!(st_bits(&st), st_bits(&want_st), "AVX2 stats: {at}");
+                        if kestrel_quant::avx512_in_use() {
+                            // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
+                            unsafe {
+                                let st = Some(&mut st[..]);
+                                heads_avx512(&s, &q, &kc, &vc, t, part.clone(), h0, &mut got, st)
+                            };
+                            assert_eq!(bits(&got), bits(&want_p), "AVX-512 partial: {at}");
+                            assert_eq!(st_bits(&st), st_bits(&want_st), "AVX-512 stats: {at}");
                         }
                     }
                 }

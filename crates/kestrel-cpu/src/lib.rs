@@ -688,6 +688,8 @@ impl CpuModel {
                     vc: &s.cache.v[il],
                     pos0: s.pos0,
                     n_tok: span.len(),
+                    // llama.cpp rounds its context up to 256 cells.
+                    kv_cells: s.cache.n_ctx.next_multiple_of(256),
                 })
                 .collect();
             let attn = attention::attend_batch(&shape, &items, &self.pool).concat();
