@@ -55,11 +55,19 @@ pub fn attend(
     let work = n_tok * s.n_head * (pos0 + n_tok) * (s.head_dim_k + dv);
     let one = |i: usize, dst: &mut [f32]| {
         // Chunk i is query row i, or head i of the single query row.
+        let row = |t: usize| Query {
+            s,
+            q,
+            kc,
+            vc,
+            t,
+            keys: causal_keys(s, pos0 + t),
+        };
         if n_tok == 1 {
-            heads_dispatch(s, q, kc, vc, 0, causal_keys(s, pos0), i, dst, None);
+            heads_dispatch(&row(0), i, dst, None);
         } else {
             for (h, d) in dst.chunks_exact_mut(dv).enumerate() {
-                heads_dispatch(s, q, kc, vc, i, causal_keys(s, pos0 + i), h, d, None);
+                heads_dispatch(&row(i), h, d, None);
             }
         }
     };
@@ -291,9 +299,15 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
     }
     let one = |task: Task<'_, '_>| {
         let it = task.it;
-        heads_dispatch(
-            s, it.q, it.kc, it.vc, task.t, task.keys, task.h0, task.dst, task.stats,
-        )
+        let x = Query {
+            s,
+            q: it.q,
+            kc: it.kc,
+            vc: it.vc,
+            t: task.t,
+            keys: task.keys,
+        };
+        heads_dispatch(&x, task.h0, task.dst, task.stats)
     };
     if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
         tasks.into_iter().for_each(one);
@@ -350,6 +364,18 @@ impl Partials {
     }
 }
 
+/// What a run of heads reads: the shape, the query rows, the cache, which
+/// query row, and the keys it attends to (all it may see, or a split-KV
+/// chunk of them).
+struct Query<'a> {
+    s: &'a AttnShape,
+    q: &'a [f32],
+    kc: &'a [u16],
+    vc: &'a [u16],
+    t: usize,
+    keys: Range<usize>,
+}
+
 /// One task of [`attend_batch`]: query row `t` of an item, heads `h0..`
 /// (as many as `dst` holds rows), over `keys`; with `stats`, a split-KV
 /// chunk's partial.
@@ -367,47 +393,25 @@ struct Task<'a, 'b> {
 /// compiled with AVX2/FMA (or AVX-512) where the CPU has them. With
 /// `stats`, each head's (running maximum, sum) goes there and `dst` gets
 /// the value sums unscaled (a split-KV partial).
-#[allow(clippy::too_many_arguments)]
-fn heads_dispatch(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
-    h0: usize,
-    dst: &mut [f32],
-    stats: Option<&mut [(f32, f32)]>,
-) {
+fn heads_dispatch(x: &Query<'_>, h0: usize, dst: &mut [f32], stats: Option<&mut [(f32, f32)]>) {
     #[cfg(target_arch = "x86_64")]
     if kestrel_quant::avx512_in_use() {
         // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL (checked
         // just above).
-        return unsafe { heads_avx512(s, q, kc, vc, t, keys, h0, dst, stats) };
+        return unsafe { heads_avx512(x, h0, dst, stats) };
     }
     #[cfg(target_arch = "x86_64")]
     if kestrel_quant::avx2_in_use() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-        return unsafe { heads_avx2(s, q, kc, vc, t, keys, h0, dst, stats) };
+        return unsafe { heads_avx2(x, h0, dst, stats) };
     }
-    heads_portable(s, q, kc, vc, t, keys, h0, dst, stats);
+    heads_portable(x, h0, dst, stats);
 }
 
 /// [`head`] for each of the heads of [`heads_dispatch`].
-#[allow(clippy::too_many_arguments)]
-fn heads_portable(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
-    h0: usize,
-    dst: &mut [f32],
-    mut stats: Option<&mut [(f32, f32)]>,
-) {
-    for (i, d) in dst.chunks_exact_mut(s.head_dim_v).enumerate() {
-        let st = head(s, q, kc, vc, t, keys.clone(), h0 + i, d, stats.is_some());
+fn heads_portable(x: &Query<'_>, h0: usize, dst: &mut [f32], mut stats: Option<&mut [(f32, f32)]>) {
+    for (i, d) in dst.chunks_exact_mut(x.s.head_dim_v).enumerate() {
+        let st = head(x, h0 + i, d, stats.is_some());
         if let Some(stats) = stats.as_deref_mut() {
             stats[i] = st;
         }
@@ -425,20 +429,9 @@ const MAX_RUN: usize = 4;
 /// load/convert/store round trip per key. Same values (tested).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn heads_avx2(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
-    h0: usize,
-    dst: &mut [f32],
-    stats: Option<&mut [(f32, f32)]>,
-) {
+unsafe fn heads_avx2(x: &Query<'_>, h0: usize, dst: &mut [f32], stats: Option<&mut [(f32, f32)]>) {
     // SAFETY: AVX2, FMA and F16C are enabled here.
-    unsafe { heads_x86::<false>(s, q, kc, vc, t, keys, h0, dst, stats) }
+    unsafe { heads_x86::<false>(x, h0, dst, stats) }
 }
 
 /// [`heads_avx2`] with AVX-512: each step over 16 lanes instead of 8 (the
@@ -446,52 +439,39 @@ unsafe fn heads_avx2(
 /// the same.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn heads_avx512(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
+    x: &Query<'_>,
     h0: usize,
     dst: &mut [f32],
     stats: Option<&mut [(f32, f32)]>,
 ) {
     // SAFETY: AVX2, FMA, F16C and AVX-512 F/BW/VL are enabled here.
-    unsafe { heads_x86::<true>(s, q, kc, vc, t, keys, h0, dst, stats) }
+    unsafe { heads_x86::<true>(x, h0, dst, stats) }
 }
 
 /// The body of [`heads_avx2`] (`WIDE` false) and [`heads_avx512`] (true),
 /// up to [`MAX_RUN`] heads at a time; the caller has the matching features.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn heads_x86<const WIDE: bool>(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
+    x: &Query<'_>,
     h0: usize,
     dst: &mut [f32],
     stats: Option<&mut [(f32, f32)]>,
 ) {
-    let dv = s.head_dim_v;
+    let dv = x.s.head_dim_v;
     let mut stats = stats;
     for (i, d) in dst.chunks_mut(MAX_RUN * dv).enumerate() {
         let h = h0 + i * MAX_RUN;
         let st = stats
             .as_deref_mut()
             .map(|st| &mut st[i * MAX_RUN..i * MAX_RUN + d.len() / dv]);
-        let k = keys.clone();
         // SAFETY (all four): the caller has the features WIDE asks for.
         match d.len() / dv {
-            1 => unsafe { run_x86::<WIDE, 1>(s, q, kc, vc, t, k, h, d, st) },
-            2 => unsafe { run_x86::<WIDE, 2>(s, q, kc, vc, t, k, h, d, st) },
-            3 => unsafe { run_x86::<WIDE, 3>(s, q, kc, vc, t, k, h, d, st) },
-            _ => unsafe { run_x86::<WIDE, MAX_RUN>(s, q, kc, vc, t, k, h, d, st) },
+            1 => unsafe { run_x86::<WIDE, 1>(x, h, d, st) },
+            2 => unsafe { run_x86::<WIDE, 2>(x, h, d, st) },
+            3 => unsafe { run_x86::<WIDE, 3>(x, h, d, st) },
+            _ => unsafe { run_x86::<WIDE, MAX_RUN>(x, h, d, st) },
         }
     }
 }
@@ -502,21 +482,16 @@ unsafe fn heads_x86<const WIDE: bool>(
 /// f16 conversions per key, left the core waiting on their latency).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn run_x86<const WIDE: bool, const H: usize>(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
+    x: &Query<'_>,
     h0: usize,
     dst: &mut [f32],
     stats: Option<&mut [(f32, f32)]>,
 ) {
+    let (s, q, kc, vc, t) = (x.s, x.q, x.kc, x.vc, x.t);
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
-    if !dv.is_multiple_of(64) || keys.is_empty() {
-        heads_portable(s, q, kc, vc, t, keys, h0, dst, stats);
+    if !dv.is_multiple_of(64) || x.keys.is_empty() {
+        heads_portable(x, h0, dst, stats);
         return;
     }
     let q_w = s.n_head * dk;
@@ -528,7 +503,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         kvh,
         "heads of one KV head"
     );
-    let (lo, end) = (keys.start, keys.end);
+    let (lo, end) = (x.keys.start, x.keys.end);
     let nk = end - lo;
     // The loops below fetch KV_PREFETCH rows ahead; the first rows are
     // asked for here, before the query's conversion, so a short context
@@ -1252,18 +1227,8 @@ unsafe fn dots16_avx512<const H: usize>(
 /// accumulated in f16. Returns the running maximum and the sum; with
 /// `partial`, `dst` gets the value sums unscaled (a split-KV chunk's).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn head(
-    s: &AttnShape,
-    q: &[f32],
-    kc: &[u16],
-    vc: &[u16],
-    t: usize,
-    keys: Range<usize>,
-    h: usize,
-    dst: &mut [f32],
-    partial: bool,
-) -> (f32, f32) {
+fn head(x: &Query<'_>, h: usize, dst: &mut [f32], partial: bool) -> (f32, f32) {
+    let (s, q, kc, vc, t) = (x.s, x.q, x.kc, x.vc, x.t);
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
     let k_w = s.n_head_kv * dk;
@@ -1277,7 +1242,7 @@ fn head(
     let mut q16 = vec![0u16; dk];
     let mut acc = vec![0u16; dv];
     f32_to_f16_row(qh, &mut q16);
-    for j in keys {
+    for j in x.keys.clone() {
         let sc = f16_dot(key(j), &q16) * s.scale;
         let (ms, vs) = online_step(&mut m, sc);
         if ms != 1.0 {
@@ -1706,6 +1671,17 @@ mod tests {
     use super::*;
     use kestrel_quant::{f16_to_f32, f32_to_f16};
 
+    /// Xorshift32 values uniform in [-1, 1), from `seed`.
+    fn uniform(seed: u32) -> impl FnMut() -> f32 {
+        let mut st = seed;
+        move || {
+            st ^= st << 13;
+            st ^= st >> 17;
+            st ^= st << 5;
+            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
+        }
+    }
+
     /// Plain softmax attention in f64 over f16-rounded inputs.
     fn reference(
         s: &AttnShape,
@@ -1754,13 +1730,7 @@ mod tests {
 
     #[test]
     fn both_paths_match_reference_softmax_attention() {
-        let mut st = 99u32;
-        let mut rnd = || {
-            st ^= st << 13;
-            st ^= st >> 17;
-            st ^= st << 5;
-            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = uniform(99u32);
         for (n_tok, window) in [(5usize, 0usize), (70, 0), (5, 3), (70, 16)] {
             let s = AttnShape {
                 n_head: 4,
@@ -1830,13 +1800,7 @@ mod tests {
     /// and one sequence under the split beside one that is not.
     #[test]
     fn split_kv_decode_equals_ggml_transcription() {
-        let mut st = 0x5eed_u32;
-        let mut rnd = || {
-            st ^= st << 13;
-            st ^= st >> 17;
-            st ^= st << 5;
-            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = uniform(0x5eed_u32);
         for (threads, pos, window, dim) in [
             (2usize, 256usize, 0usize, 64usize),
             (2, 700, 0, 64),
@@ -1956,13 +1920,7 @@ mod tests {
             eprintln!("no AVX2 here: nothing to compare");
             return;
         }
-        let mut st = 7u32;
-        let mut rnd = || {
-            st ^= st << 13;
-            st ^= st >> 17;
-            st ^= st << 5;
-            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = uniform(7u32);
         for (dim, window, pos0, n_head, n_head_kv) in [
             (64usize, 0usize, 0usize, 6usize, 2usize),
             (64, 0, 150, 6, 2),
@@ -1993,8 +1951,17 @@ mod tests {
             for t in 0..n_tok {
                 let mut want = vec![0f32; n_head * dim];
                 let keys = causal_keys(&s, pos0 + t);
+                let over = |keys: Range<usize>| Query {
+                    s: &s,
+                    q: &q,
+                    kc: &kc,
+                    vc: &vc,
+                    t,
+                    keys,
+                };
+                let x = over(keys.clone());
                 for (h, d) in want.chunks_exact_mut(dim).enumerate() {
-                    head(&s, &q, &kc, &vc, t, keys.clone(), h, d, false);
+                    head(&x, h, d, false);
                 }
                 // Every run (h0, n) inside one KV head's group.
                 for h0 in 0..n_head {
@@ -2002,25 +1969,20 @@ mod tests {
                         let want = &want[h0 * dim..(h0 + n) * dim];
                         let mut got = vec![0f32; n * dim];
                         // SAFETY: AVX2, FMA and F16C were detected above.
-                        unsafe {
-                            heads_avx2(&s, &q, &kc, &vc, t, keys.clone(), h0, &mut got, None)
-                        };
+                        unsafe { heads_avx2(&x, h0, &mut got, None) };
                         let at = format!("dim {dim} pos0 {pos0} t {t} heads {h0}+{n}");
                         assert_eq!(bits(&got), bits(want), "AVX2: {at}");
                         if kestrel_quant::avx512_in_use() {
                             // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
-                            unsafe {
-                                heads_avx512(&s, &q, &kc, &vc, t, keys.clone(), h0, &mut got, None)
-                            };
+                            unsafe { heads_avx512(&x, h0, &mut got, None) };
                             assert_eq!(bits(&got), bits(want), "AVX-512: {at}");
                         }
                         // A split-KV chunk's partial over the later keys:
                         // the same maxima, sums and unscaled value sums.
-                        let part = keys.start + keys.len() / 3..keys.end;
+                        let part = over(keys.start + keys.len() / 3..keys.end);
                         let mut want_st = vec![(0f32, 0f32); n];
                         let mut want_p = vec![0f32; n * dim];
-                        let (w, ws) = (&mut want_p, &mut want_st);
-                        heads_portable(&s, &q, &kc, &vc, t, part.clone(), h0, w, Some(ws));
+                        heads_portable(&part, h0, &mut want_p, Some(&mut want_st));
                         let st_bits = |v: &[(f32, f32)]| {
                             v.iter()
                                 .map(|(m, x)| (m.to_bits(), x.to_bits()))
@@ -2028,27 +1990,12 @@ mod tests {
                         };
                         let mut st = vec![(0f32, 0f32); n];
                         // SAFETY: AVX2, FMA and F16C were detected above.
-                        unsafe {
-                            heads_avx2(
-                                &s,
-                                &q,
-                                &kc,
-                                &vc,
-                                t,
-                                part.clone(),
-                                h0,
-                                &mut got,
-                                Some(&mut st),
-                            )
-                        };
+                        unsafe { heads_avx2(&part, h0, &mut got, Some(&mut st)) };
                         assert_eq!(bits(&got), bits(&want_p), "AVX2 partial: {at}");
                         assert_eq!(st_bits(&st), st_bits(&want_st), "AVX2 stats: {at}");
                         if kestrel_quant::avx512_in_use() {
                             // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
-                            unsafe {
-                                let st = Some(&mut st[..]);
-                                heads_avx512(&s, &q, &kc, &vc, t, part.clone(), h0, &mut got, st)
-                            };
+                            unsafe { heads_avx512(&part, h0, &mut got, Some(&mut st)) };
                             assert_eq!(bits(&got), bits(&want_p), "AVX-512 partial: {at}");
                             assert_eq!(st_bits(&st), st_bits(&want_st), "AVX-512 stats: {at}");
                         }
@@ -2178,13 +2125,7 @@ mod tests {
             eprintln!("no AVX2 here: nothing to compare");
             return;
         }
-        let mut st = 5u32;
-        let mut rnd = || {
-            st ^= st << 13;
-            st ^= st >> 17;
-            st ^= st << 5;
-            (st as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = uniform(5u32);
         for (dim, window, pos0, n_tok) in [
             (64usize, 0usize, 0usize, 67usize),
             (96, 20, 9, 64),
