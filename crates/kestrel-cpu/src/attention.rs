@@ -226,12 +226,11 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
         .unwrap_or(1);
     // Items on ggml's split-KV path: per chunk, each head's (maximum, sum)
     // and unscaled value sums, merged once every chunk is done.
-    let threads_for_split = pool.current_num_threads();
     let splits: Vec<Option<SplitKv>> = items
         .iter()
         .map(|it| {
             (it.n_tok == 1)
-                .then(|| SplitKv::for_query(it.pos0, it.kv_cells, threads_for_split))
+                .then(|| SplitKv::for_query(it.pos0, it.kv_cells, threads))
                 .flatten()
         })
         .collect();
@@ -241,7 +240,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
     // 191-209 us a call, per chunk 178-188, unsplit 166-183; two sequences
     // (four chunks) were no faster per chunk, so they keep the finer tasks.
     let split_chunks: usize = splits.iter().flatten().map(|sp| sp.chunks).sum();
-    let whole_chunks = split_chunks >= 4 * threads_for_split;
+    let whole_chunks = split_chunks >= 4 * threads;
     let mut partials: Vec<Partials> = splits
         .iter()
         .map(|sp| Partials::new(sp.map_or(0, |sp| sp.chunks), s.n_head, dv))
@@ -341,7 +340,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             (h, dst, stats) = (h + n, rest, st_rest);
         }
     };
-    if work < PARALLEL_MIN_WORK || pool.current_num_threads() == 1 {
+    if work < PARALLEL_MIN_WORK || threads == 1 {
         tasks.into_iter().for_each(one);
     } else {
         // One job per task, the caller taking them as well: a task is a few
@@ -1462,16 +1461,11 @@ fn tile<const ROWS: usize>(
             let mut active = [false; 4];
             for i in 0..n {
                 let row = r + i;
-                let p = pos0 + t0 + row;
-                let lo = if s.window > 0 {
-                    (p + 1).saturating_sub(s.window)
-                } else {
-                    0
-                };
+                let keys = causal_keys(s, pos0 + t0 + row);
                 let kq = &mut kq4[i];
                 for (tk, a) in kq.iter_mut().enumerate() {
                     let j = ic + tk;
-                    *a = if tk < n_k && j >= lo && j <= p {
+                    *a = if tk < n_k && keys.contains(&j) {
                         *a * s.scale
                     } else {
                         f32::NEG_INFINITY
