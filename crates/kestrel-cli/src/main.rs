@@ -90,6 +90,11 @@ struct ServeArgs {
     /// Requests that may wait while every slot is busy; beyond that, 503.
     #[arg(long = "max-queue", default_value_t = 64)]
     max_queue: usize,
+    /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
+    /// llama.cpp's `--swa-full`; by default as its default window cache, a
+    /// ring whose visiting order differs in the last bits past its size.
+    #[arg(long = "swa-full")]
+    swa_full: bool,
     /// Where the batch runs: cpu, gpu (tokens chosen on the device), or
     /// auto (a hardware GPU if there is one).
     #[arg(long = "device", value_enum, default_value = "cpu")]
@@ -181,6 +186,11 @@ struct RunArgs {
     /// host work instead of overlapping them (same output; for comparison).
     #[arg(long = "no-pipeline")]
     no_pipeline: bool,
+    /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
+    /// llama.cpp's `--swa-full`; by default as its default window cache, a
+    /// ring whose visiting order differs in the last bits past its size.
+    #[arg(long = "swa-full")]
+    swa_full: bool,
     /// Where to compute: cpu, gpu (wgpu: Vulkan, Metal, DX12; no --n-probs
     /// there yet), or auto (a hardware GPU if there is one).
     #[arg(long = "device", value_enum, default_value = "cpu")]
@@ -392,6 +402,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         queue: a.max_queue,
         backing: a.weights.backing(),
         gpu: gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu,
+        swa_full: a.swa_full,
     })
 }
 
@@ -491,6 +502,7 @@ fn run(a: RunArgs) -> Result<()> {
         stop: a.reverse_prompt.clone(),
         n_probs: a.n_probs,
         pipelined: !a.no_pipeline,
+        swa_full: a.swa_full,
     };
     if gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu {
         return gpu::run(&engine, &tokens, &params);

@@ -81,6 +81,7 @@ fn main() {
                     pos0: ctx_len - 1,
                     n_tok: 1,
                     kv_cells: env("CELLS", 0),
+                    ring: 0,
                 })
                 .collect();
             let t = Instant::now();

@@ -61,7 +61,7 @@ pub fn attend(
             kc,
             vc,
             t,
-            keys: causal_keys(s, pos0 + t),
+            keys: Runs::one(causal_keys(s, pos0 + t)),
         };
         if n_tok == 1 {
             heads_dispatch(&row(0), i, dst, None);
@@ -96,8 +96,78 @@ pub struct AttnItem<'a> {
     pub n_tok: usize,
     /// The cells llama.cpp's cache would have for this sequence (its
     /// context rounded up to 256), which with the thread count decides
-    /// ggml's split-KV chunks for one query; 0 never splits.
+    /// ggml's split-KV chunks for one query; 0 never splits. For a layer
+    /// whose cache is a ring (see `ring`), the ring's cells.
     pub kv_cells: usize,
+    /// The cells of llama.cpp's sliding-window cache where it keeps one
+    /// smaller than the context (`swa_full` off: the window plus a batch,
+    /// rounded up to 256), reusing them in turn: position p sits in cell
+    /// p mod `ring`, and the attention visits cells in order, so once the
+    /// positions pass `ring` the newest keys come first. 0: cell = position.
+    pub ring: usize,
+}
+
+/// The keys one attention task visits, in order: at most two runs of cache
+/// rows (in a ring, the newest lap, then the one before it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Runs([Range<usize>; 2]);
+
+impl Runs {
+    fn one(r: Range<usize>) -> Runs {
+        Runs([r, 0..0])
+    }
+
+    fn len(&self) -> usize {
+        self.0[0].len() + self.0[1].len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The rows in visiting order.
+    fn iter(&self) -> impl Iterator<Item = usize> {
+        self.0[0].clone().chain(self.0[1].clone())
+    }
+
+    /// Each nonempty run with the number of keys before it.
+    fn runs(&self) -> impl Iterator<Item = (usize, Range<usize>)> + '_ {
+        let first = self.0[0].len();
+        [(0, self.0[0].clone()), (first, self.0[1].clone())]
+            .into_iter()
+            .filter(|(_, r)| !r.is_empty())
+    }
+}
+
+/// The keys among `keys` (a query's causal range, ending just past its
+/// position) that sit in view cells `cells`, in cell order: with no ring the
+/// cells are the positions; in a ring of `ring` cells, position q sits in
+/// cell q mod `ring` (llama.cpp fills the cells in order from 0 and, once
+/// full, reuses the cell of the position a window and a batch back), so
+/// the query's own lap (cells 0 to its own) comes before the older lap's
+/// cells after it. A window never spans more than the ring's cells.
+fn cell_runs(keys: &Range<usize>, cells: Range<usize>, ring: usize) -> Runs {
+    // An empty run is 0..0, whatever cut it.
+    let clip = |a: usize, b: usize, r: &Range<usize>| {
+        let (a, b) = (a.max(r.start), b.min(r.end));
+        if a < b {
+            a..b
+        } else {
+            0..0
+        }
+    };
+    if ring == 0 || keys.is_empty() {
+        return Runs::one(clip(cells.start, cells.end, keys));
+    }
+    let (a, b) = (cells.start.min(ring), cells.end.min(ring));
+    // The first position of the newest key's lap.
+    let lap = (keys.end - 1) / ring * ring;
+    let newest = clip(lap + a, lap + b, &(keys.start.max(lap)..keys.end));
+    let older = match lap.checked_sub(ring) {
+        Some(prev) => clip(prev + a, prev + b, &(keys.start..lap.max(keys.start))),
+        None => 0..0,
+    };
+    Runs([newest, older])
 }
 
 /// The keys a query at position `p` reads: all before it, or the window's.
@@ -137,11 +207,11 @@ impl SplitKv {
         })
     }
 
-    /// Chunk `c`'s keys among `keys` (maybe none).
-    fn keys(&self, c: usize, keys: &Range<usize>) -> Range<usize> {
-        let start = (c * self.chunk).min(self.n_kv).max(keys.start);
-        let end = ((c + 1) * self.chunk).min(self.n_kv).min(keys.end);
-        start..end.max(start)
+    /// Chunk `c`'s keys among `keys` (maybe none), in cell order (see
+    /// [`cell_runs`]).
+    fn keys(&self, c: usize, keys: &Range<usize>, ring: usize) -> Runs {
+        let cells = (c * self.chunk).min(self.n_kv)..((c + 1) * self.chunk).min(self.n_kv);
+        cell_runs(keys, cells, ring)
     }
 }
 
@@ -265,7 +335,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
                 .zip(part.sums.chunks_exact_mut(s.n_head * dv))
                 .enumerate()
             {
-                let ck = sp.keys(c, &keys);
+                let ck = sp.keys(c, &keys, it.ring);
                 if ck.is_empty() {
                     continue;
                 }
@@ -306,7 +376,11 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
                 tasks.push(Task {
                     it,
                     t,
-                    keys: causal_keys(s, it.pos0 + t),
+                    keys: if it.ring > 0 {
+                        cell_runs(&causal_keys(s, it.pos0 + t), 0..it.ring, it.ring)
+                    } else {
+                        Runs::one(causal_keys(s, it.pos0 + t))
+                    },
                     h0: h + i * run,
                     dst: d,
                     stats: None,
@@ -404,7 +478,7 @@ struct Query<'a> {
     kc: &'a [u16],
     vc: &'a [u16],
     t: usize,
-    keys: Range<usize>,
+    keys: Runs,
 }
 
 /// One task of [`attend_batch`]: query row `t` of an item, heads `h0..`
@@ -413,7 +487,7 @@ struct Query<'a> {
 struct Task<'a, 'b> {
     it: &'b AttnItem<'a>,
     t: usize,
-    keys: Range<usize>,
+    keys: Runs,
     h0: usize,
     dst: &'b mut [f32],
     stats: Option<&'b mut [(f32, f32)]>,
@@ -534,12 +608,11 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         kvh,
         "heads of one KV head"
     );
-    let (lo, end) = (x.keys.start, x.keys.end);
-    let nk = end - lo;
+    let nk = x.keys.len();
     // The loops below fetch KV_PREFETCH rows ahead; the first rows are
     // asked for here, before the query's conversion, so a short context
     // does not start on a miss.
-    for j in lo..(lo + KV_PREFETCH).min(end) {
+    for j in x.keys.iter().take(KV_PREFETCH) {
         prefetch_row(kc, j * k_w + kvh * dk, dk);
     }
     let sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
@@ -551,29 +624,33 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // evicted them), and the softmax's exp calls in the same loop held so
     // many instructions per key that few loads were in flight at once.
     let mut dots = reuse(sc.dots, H * nk, 0f32);
-    // With AVX-512, sixteen keys at a time: each key converted once for
-    // all the heads, the query converted once, and the sixteen dot
-    // products reduced together (`dots16_avx512`); the rest key by key.
-    let done = if WIDE && dk.is_multiple_of(32) {
-        // SAFETY: the caller has AVX-512 F/BW/VL; the key rows of lo..end
-        // are in the cache (the slicing below checks the same rows).
-        unsafe { dots16_avx512::<H>(kc, k_w, kvh * dk, lo, nk, &q16, dk, &mut dots) }
-    } else {
-        0
-    };
-    for (i, j) in (lo..end).enumerate().skip(done) {
-        let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-        prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
-        for (hh, qh) in q16.chunks_exact(dk).enumerate() {
-            dots[hh * nk + i] = if !dk.is_multiple_of(32) {
-                f16_dot(key, qh)
-            } else if WIDE {
-                // SAFETY: the caller has AVX-512 F/BW/VL; equal lengths.
-                unsafe { f16_dot32_avx512(key, qh) }
-            } else {
-                // SAFETY: the caller has AVX2/FMA/F16C; equal lengths.
-                unsafe { f16_dot32(key, qh) }
-            };
+    // Run by run (a ring's two laps), key `base + i` of the visiting order
+    // at `dots[h * nk + base + i]`.
+    for (base, run) in x.keys.runs() {
+        // With AVX-512, sixteen keys at a time: each key converted once for
+        // all the heads, the query converted once, and the sixteen dot
+        // products reduced together (`dots16_avx512`); the rest key by key.
+        let done = if WIDE && dk.is_multiple_of(32) {
+            // SAFETY: the caller has AVX-512 F/BW/VL; dots16 checks that
+            // the run's key rows are in the cache.
+            unsafe { dots16_avx512::<H>(kc, k_w, kvh * dk, run.clone(), &q16, dk, &mut dots, base) }
+        } else {
+            0
+        };
+        for (i, j) in run.enumerate().skip(done) {
+            let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
+            prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
+            for (hh, qh) in q16.chunks_exact(dk).enumerate() {
+                dots[hh * nk + base + i] = if !dk.is_multiple_of(32) {
+                    f16_dot(key, qh)
+                } else if WIDE {
+                    // SAFETY: the caller has AVX-512 F/BW/VL; equal lengths.
+                    unsafe { f16_dot32_avx512(key, qh) }
+                } else {
+                    // SAFETY: the caller has AVX2/FMA/F16C; equal lengths.
+                    unsafe { f16_dot32(key, qh) }
+                };
+            }
         }
     }
     // The online softmax of each head in three passes with the same values
@@ -582,7 +659,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // time with AVX-512, the libm function's own steps), then the running
     // sum. A libm call per key in one loop cost a quarter of the attention.
     // Likewise the first value rows, which arrive during the softmax.
-    for j in lo..(lo + KV_PREFETCH).min(end) {
+    for j in x.keys.iter().take(KV_PREFETCH) {
         prefetch_row(vc, j * v_w + kvh * dv, dv);
     }
     let mut steps = reuse(sc.steps, H * nk, (0f32, 0f32));
@@ -659,16 +736,15 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
             }
         }
     }
-    let at0 = lo * v_w + kvh * dv;
     for b in 0..dv / 64 {
-        let rows = &vc[at0 + 64 * b..];
+        let col = kvh * dv + 64 * b;
         use std::arch::x86_64::{__m256, __m512};
         if WIDE {
             // SAFETY: the caller has AVX-512 F/BW/VL.
-            unsafe { values64::<__m512, H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+            unsafe { values64::<__m512, H>(vc, v_w, col, &x.keys, &steps, &inv, dst, 64 * b, dv) }
         } else {
             // SAFETY: the caller has AVX2/FMA/F16C.
-            unsafe { values64::<__m256, H>(rows, v_w, nk, &steps, &inv, dst, 64 * b, dv) }
+            unsafe { values64::<__m256, H>(vc, v_w, col, &x.keys, &steps, &inv, dst, 64 * b, dv) }
         }
     }
     RUN_SCRATCH.set(RunScratch {
@@ -816,8 +892,8 @@ impl F16Block for std::arch::x86_64::__m512 {
     }
 }
 
-/// One 64-dimension block of `H` heads' weighted value sums over `nk` keys
-/// (key i's 64 values at `rows[i * v_w..]`): per key, each head's running
+/// One 64-dimension block of `H` heads' weighted value sums over `keys`
+/// (row j's 64 values at `vc[j * v_w + col..]`): per key, each head's running
 /// f16 accumulator is rescaled by its `ms` (where its maximum moved) and
 /// takes `vs` times the value, rounded through f16 after every operation.
 /// Head h's result goes to `dst[h * dv + off..][..64]`, times `inv[h]`.
@@ -826,9 +902,10 @@ impl F16Block for std::arch::x86_64::__m512 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn values64<V: F16Block, const H: usize>(
-    rows: &[u16],
+    vc: &[u16],
     v_w: usize,
-    nk: usize,
+    col: usize,
+    keys: &Runs,
     steps: &[(f32, f32)],
     inv: &[f32; H],
     dst: &mut [f32],
@@ -838,25 +915,29 @@ unsafe fn values64<V: F16Block, const H: usize>(
     // SAFETY (the block): the caller has V's features; every pointer below
     // covers LANES elements of a 64-element slice.
     unsafe {
+        let nk = keys.len();
         let mut acc = [V::zero_block(); H];
-        for i in 0..nk {
-            let v = &rows[i * v_w..i * v_w + 64];
-            prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
-            let mut x = V::zero_block();
-            for (c, x) in x.as_mut().iter_mut().enumerate() {
-                *x = V::load_f16(v.as_ptr().add(c * V::LANES));
-            }
-            for (hh, a) in acc.iter_mut().enumerate() {
-                let (ms, vs) = steps[hh * nk + i];
-                if ms != 1.0 {
-                    let f = V::splat(ms);
-                    for a in a.as_mut() {
-                        *a = V::mul_round(*a, f);
-                    }
+        for (base, run) in keys.runs() {
+            let rows = &vc[run.start * v_w + col..];
+            for i in 0..run.len() {
+                let v = &rows[i * v_w..i * v_w + 64];
+                prefetch_row(rows, (i + KV_PREFETCH) * v_w, 64);
+                let mut x = V::zero_block();
+                for (c, x) in x.as_mut().iter_mut().enumerate() {
+                    *x = V::load_f16(v.as_ptr().add(c * V::LANES));
                 }
-                let w = V::splat(vs);
-                for (a, &x) in a.as_mut().iter_mut().zip(x.as_ref()) {
-                    *a = V::fma_round(x, w, *a);
+                for (hh, a) in acc.iter_mut().enumerate() {
+                    let (ms, vs) = steps[hh * nk + base + i];
+                    if ms != 1.0 {
+                        let f = V::splat(ms);
+                        for a in a.as_mut() {
+                            *a = V::mul_round(*a, f);
+                        }
+                    }
+                    let w = V::splat(vs);
+                    for (a, &x) in a.as_mut().iter_mut().zip(x.as_ref()) {
+                        *a = V::fma_round(x, w, *a);
+                    }
                 }
             }
         }
@@ -1145,8 +1226,9 @@ unsafe fn f16_dot32_avx512(a: &[u16], b: &[u16]) -> f32 {
 }
 
 /// The dot products of `H` heads' f16 queries (`q16`, `dk` each) with the
-/// keys at rows `lo..lo + nk` (offset `off` in rows of `k_w`), sixteen keys
-/// at a time, into `dots[h * nk + i]`; returns how many keys it did (a
+/// keys at rows `keys` (offset `off` in rows of `k_w`), sixteen keys at a
+/// time, key i of them into `dots[h * stride + base + i]` (`stride`: the
+/// dots' length per head); returns how many keys it did (a
 /// multiple of 16, the rest left to the caller). Every key's lanes run
 /// `f16_dot32_avx512`'s steps and its reduction's pairings (the 256-bit
 /// halves, then the 128-bit quarters, then lanes 0 + 1 and 2 + 3, then
@@ -1162,14 +1244,16 @@ unsafe fn dots16_avx512<const H: usize>(
     kc: &[u16],
     k_w: usize,
     off: usize,
-    lo: usize,
-    nk: usize,
+    keys: Range<usize>,
     q16: &[u16],
     dk: usize,
     dots: &mut [f32],
+    base: usize,
 ) -> usize {
     use std::arch::x86_64::*;
-    assert!(dk.is_multiple_of(32) && q16.len() == H * dk && dots.len() == H * nk);
+    let (lo, nk) = (keys.start, keys.len());
+    let stride = dots.len() / H;
+    assert!(dk.is_multiple_of(32) && q16.len() == H * dk && base + nk <= stride);
     let blocks = nk / 16;
     if blocks == 0 {
         return 0;
@@ -1212,7 +1296,7 @@ unsafe fn dots16_avx512<const H: usize>(
                     *p = _mm512_add_ps(a[0], a[1]);
                 }
             }
-            for (hh, row) in dots.chunks_exact_mut(nk).enumerate() {
+            for (hh, row) in dots.chunks_exact_mut(stride).enumerate() {
                 let p: [__m512; 16] = std::array::from_fn(|k| pairs[k][hh]);
                 // Halves: [key 2m's 8 | key 2m+1's 8].
                 let v: [__m512; 8] = std::array::from_fn(|m| {
@@ -1243,7 +1327,7 @@ unsafe fn dots16_avx512<const H: usize>(
                     _mm512_shuffle_ps::<0b11_01_11_01>(z[0], z[1]),
                 );
                 _mm512_storeu_ps(
-                    row.as_mut_ptr().add(16 * b),
+                    row.as_mut_ptr().add(base + 16 * b),
                     _mm512_permutexvar_ps(order, r),
                 );
             }
@@ -1273,7 +1357,7 @@ fn head(x: &Query<'_>, h: usize, dst: &mut [f32], partial: bool) -> (f32, f32) {
     let mut q16 = vec![0u16; dk];
     let mut acc = vec![0u16; dv];
     f32_to_f16_row(qh, &mut q16);
-    for j in x.keys.clone() {
+    for j in x.keys.iter() {
         let sc = f16_dot(key(j), &q16) * s.scale;
         let (ms, vs) = online_step(&mut m, sc);
         if ms != 1.0 {
@@ -1803,37 +1887,100 @@ mod tests {
         let at = |p, cells, threads| SplitKv::for_query(p, cells, threads).expect("a split");
         let sp = at(256, 4096, 2);
         assert_eq!((sp.n_kv, sp.chunk, sp.chunks), (512, 256, 2));
-        assert_eq!(sp.keys(0, &(0..257)), 0..256);
-        assert_eq!(sp.keys(1, &(0..257)), 256..257);
+        assert_eq!(sp.keys(0, &(0..257), 0), Runs::one(0..256));
+        assert_eq!(sp.keys(1, &(0..257), 0), Runs::one(256..257));
         // Three threads: chunks of 171, the last one short; the view stops
         // at the cache's cells.
         let sp = at(700, 768, 3);
         assert_eq!((sp.n_kv, sp.chunk), (768, 256));
         let sp = at(520, 4096, 3);
         assert_eq!((sp.n_kv, sp.chunk), (768, 256));
-        assert_eq!(sp.keys(2, &(0..521)), 512..521);
+        assert_eq!(sp.keys(2, &(0..521), 0), Runs::one(512..521));
         let sp = at(256, 4096, 3);
         assert_eq!(sp.chunk, 171);
-        assert_eq!(sp.keys(2, &(0..257)), 342..342, "masked chunk: no keys");
+        assert_eq!(
+            sp.keys(2, &(0..257), 0),
+            Runs::default(),
+            "masked chunk: no keys"
+        );
         // A window cuts the first chunk's keys.
-        assert_eq!(at(600, 4096, 2).keys(0, &(89..601)), 89..384);
+        assert_eq!(at(600, 4096, 2).keys(0, &(89..601), 0), Runs::one(89..384));
+    }
+
+    /// [`cell_runs`] against the cells walked one by one: cell c of a ring
+    /// holds the latest position at or before the query's that is c modulo
+    /// the ring's size, and is visited if that position is among the keys.
+    #[test]
+    fn cell_runs_visit_a_rings_cells_in_order() {
+        for (ring, window) in [(512usize, 300usize), (768, 512), (1024, 512), (256, 256)] {
+            for p in (0..3 * ring + 40).step_by(7) {
+                let keys = (p + 1).saturating_sub(window)..p + 1;
+                let n_kv = ring.min((p + 1).next_multiple_of(256));
+                for threads in 1..=3 {
+                    let chunk = n_kv.div_ceil(threads);
+                    let mut all = Vec::new();
+                    for c in 0..threads {
+                        let cells = (c * chunk).min(n_kv)..((c + 1) * chunk).min(n_kv);
+                        let lap = p / ring * ring;
+                        let want: Vec<usize> = cells
+                            .clone()
+                            .filter_map(|c| {
+                                let q = if lap + c <= p {
+                                    lap + c
+                                } else {
+                                    (lap + c).checked_sub(ring)?
+                                };
+                                keys.contains(&q).then_some(q)
+                            })
+                            .collect();
+                        let got: Vec<usize> =
+                            cell_runs(&keys, cells.clone(), ring).iter().collect();
+                        assert_eq!(got, want, "ring {ring} p {p} cells {cells:?}");
+                        all.extend(got);
+                    }
+                    // Every key once.
+                    all.sort_unstable();
+                    assert_eq!(all, keys.clone().collect::<Vec<_>>(), "ring {ring} p {p}");
+                }
+            }
+        }
+        // No ring: the cells are the positions.
+        assert_eq!(cell_runs(&(10..50), 0..30, 0), Runs::one(10..30));
+        // A ring of 512 at position 600 (window 300): cells 0..=88 hold
+        // 512..=600, then cells 301.. the older lap's 301..511.
+        assert_eq!(
+            cell_runs(&(301..601), 0..512, 512),
+            Runs([512..601, 301..512])
+        );
+        assert_eq!(cell_runs(&(301..601), 0..256, 512), Runs([512..601, 0..0]));
+        assert_eq!(
+            cell_runs(&(301..601), 256..512, 512),
+            Runs([0..0, 301..512])
+        );
     }
 
     /// The split-KV decode of `attend_batch` against a plain transcription
     /// of ggml's: each chunk's online softmax key by key (f16 accumulator),
     /// then the partials merged in chunk order with the fused steps its
     /// compiler emits, bit for bit; on 1-3 threads, with GQA and a window,
-    /// and one sequence under the split beside one that is not.
+    /// and one sequence under the split beside one that is not; and with
+    /// the window's cells a ring (the cells walked in order, each holding
+    /// the latest position congruent to it).
     #[test]
     fn split_kv_decode_equals_ggml_transcription() {
         let mut rnd = uniform(0x5eed_u32);
-        for (threads, pos, window, dim) in [
-            (2usize, 256usize, 0usize, 64usize),
-            (2, 700, 0, 64),
-            (3, 520, 0, 64),
-            (1, 300, 0, 64),
-            (2, 600, 100, 32),
-            (3, 900, 0, 128),
+        for (threads, pos, window, dim, ring) in [
+            (2usize, 256usize, 0usize, 64usize, 0usize),
+            (2, 700, 0, 64, 0),
+            (3, 520, 0, 64, 0),
+            (1, 300, 0, 64, 0),
+            (2, 600, 100, 32, 0),
+            (3, 900, 0, 128, 0),
+            (2, 700, 300, 64, 512),
+            (3, 1000, 200, 64, 512),
+            (1, 900, 256, 64, 512),
+            (2, 1020, 500, 32, 768),
+            (2, 530, 256, 64, 512),
         ] {
             let (n_head, n_head_kv) = (6usize, 2usize);
             let s = AttnShape {
@@ -1863,12 +2010,24 @@ mod tests {
                 pos0,
                 n_tok: 1,
                 kv_cells,
+                ring,
             };
-            let got = attend_batch(&s, &[item(pos, cells), item(100, cells)], &pool);
+            // A ring is the view's cells; the cache rows stay positions.
+            let view = if ring > 0 { ring } else { cells };
+            let got = attend_batch(&s, &[item(pos, view), item(100, view)], &pool);
 
             // ggml, transcribed: n_kv, chunk = ceil(n_kv / nth), per chunk
             // and head M, S and VKQ (f16 accumulator read back as f32).
-            let n_kv = cells.min((pos + 1).div_ceil(256) * 256);
+            let n_kv = view.min((pos + 1).div_ceil(256) * 256);
+            // The position in cell ic (a ring's latest congruent one).
+            let lap = pos.checked_div(ring).map_or(0, |l| l * ring);
+            let pos_of = |ic: usize| {
+                if ring == 0 || lap + ic <= pos {
+                    Some(lap + ic)
+                } else {
+                    (lap + ic).checked_sub(ring)
+                }
+            };
             let chunk = n_kv.div_ceil(threads);
             let lo = if window > 0 {
                 (pos + 1).saturating_sub(window)
@@ -1891,10 +2050,10 @@ mod tests {
                     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
                     let mut acc = vec![0u16; dim];
                     for ic in ic_start..ic_end {
-                        if ic > pos || ic < lo {
+                        let Some(kp) = pos_of(ic).filter(|&kp| kp <= pos && kp >= lo) else {
                             continue; // masked
-                        }
-                        let at = (ic * n_head_kv + kvh) * dim;
+                        };
+                        let at = (kp * n_head_kv + kvh) * dim;
                         let sc = f16_dot(&kc[at..at + dim], &q16) * s.scale;
                         let (mut ms, mut vs) = (1f32, 1f32);
                         if sc > m {
@@ -1927,7 +2086,9 @@ mod tests {
                 }
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let at = format!("{threads} threads, position {pos}, window {window}, dim {dim}");
+            let at = format!(
+                "{threads} threads, position {pos}, window {window}, dim {dim}, ring {ring}"
+            );
             assert_eq!(bits(&got[0]), bits(&want), "{at}");
             // The sequence at position 100 (a 256-cell view) is not split:
             // it equals `attend`.
@@ -1935,7 +2096,7 @@ mod tests {
             assert_eq!(bits(&got[1]), bits(&plain), "{at}: unsplit sequence");
             // Four split sequences: enough chunks for a task per chunk, all
             // heads in one; the same bits.
-            let four: Vec<AttnItem<'_>> = (0..4).map(|_| item(pos, cells)).collect();
+            let four: Vec<AttnItem<'_>> = (0..4).map(|_| item(pos, view)).collect();
             for (i, g) in attend_batch(&s, &four, &pool).iter().enumerate() {
                 assert_eq!(bits(g), bits(&want), "{at}: sequence {i} of four");
             }
@@ -1983,7 +2144,7 @@ mod tests {
             for t in 0..n_tok {
                 let mut want = vec![0f32; n_head * dim];
                 let keys = causal_keys(&s, pos0 + t);
-                let over = |keys: Range<usize>| Query {
+                let over = |keys: Runs| Query {
                     s: &s,
                     q: &q,
                     kc: &kc,
@@ -1991,7 +2152,7 @@ mod tests {
                     t,
                     keys,
                 };
-                let x = over(keys.clone());
+                let x = over(Runs::one(keys.clone()));
                 for (h, d) in want.chunks_exact_mut(dim).enumerate() {
                     head(&x, h, d, false);
                 }
@@ -2011,7 +2172,7 @@ mod tests {
                         }
                         // A split-KV chunk's partial over the later keys:
                         // the same maxima, sums and unscaled value sums.
-                        let part = over(keys.start + keys.len() / 3..keys.end);
+                        let part = over(Runs::one(keys.start + keys.len() / 3..keys.end));
                         let mut want_st = vec![(0f32, 0f32); n];
                         let mut want_p = vec![0f32; n * dim];
                         heads_portable(&part, h0, &mut want_p, Some(&mut want_st));
@@ -2030,6 +2191,32 @@ mod tests {
                             unsafe { heads_avx512(&part, h0, &mut got, Some(&mut st)) };
                             assert_eq!(bits(&got), bits(&want_p), "AVX-512 partial: {at}");
                             assert_eq!(st_bits(&st), st_bits(&want_st), "AVX-512 stats: {at}");
+                        }
+                        // Two runs, the later keys first (a ring's order),
+                        // whole and as a partial.
+                        let mid = keys.start + keys.len() * 2 / 5;
+                        let ringed = over(Runs([mid..keys.end, keys.start..mid]));
+                        for partial in [false, true] {
+                            let mut want_st = vec![(0f32, 0f32); n];
+                            let mut want_r = vec![0f32; n * dim];
+                            fn stats(st: &mut [(f32, f32)], on: bool) -> Option<&mut [(f32, f32)]> {
+                                on.then_some(st)
+                            }
+                            heads_portable(&ringed, h0, &mut want_r, stats(&mut want_st, partial));
+                            let mut st = vec![(0f32, 0f32); n];
+                            // SAFETY: AVX2, FMA and F16C were detected above.
+                            unsafe { heads_avx2(&ringed, h0, &mut got, stats(&mut st, partial)) };
+                            let at = format!("{at}, two runs, partial {partial}");
+                            assert_eq!(bits(&got), bits(&want_r), "AVX2: {at}");
+                            assert_eq!(st_bits(&st), st_bits(&want_st), "AVX2 stats: {at}");
+                            if kestrel_quant::avx512_in_use() {
+                                // SAFETY: AVX-512 F/BW/VL (with AVX2) were detected.
+                                unsafe {
+                                    heads_avx512(&ringed, h0, &mut got, stats(&mut st, partial))
+                                };
+                                assert_eq!(bits(&got), bits(&want_r), "AVX-512: {at}");
+                                assert_eq!(st_bits(&st), st_bits(&want_st), "AVX-512 stats: {at}");
+                            }
                         }
                     }
                 }

@@ -87,11 +87,28 @@ pub struct KvCache {
     n_ctx: usize,
     k_width: usize,
     v_width: usize,
+    /// The cells of llama.cpp's sliding-window cache where that is a ring
+    /// smaller than the context (see [`attention::AttnItem::ring`]); 0
+    /// where it holds every position (`--swa-full`, or no window).
+    swa_ring: usize,
 }
+
+/// llama.cpp's default micro-batch (`n_ubatch`): its sliding-window cache
+/// holds the window plus one micro-batch.
+const N_UBATCH: usize = 512;
 
 impl KvCache {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+
+    /// Sliding-window layers attend as llama.cpp's full-size window cache
+    /// (`--swa-full`) has them: every position in its own cell, visited in
+    /// position order. By default they follow llama.cpp's default, a ring
+    /// of the window plus a micro-batch, whose visiting order turns once
+    /// the positions pass its size.
+    pub fn full_swa(&mut self) {
+        self.swa_ring = 0;
     }
 }
 
@@ -324,6 +341,7 @@ impl CpuModel {
             n_ctx,
             k_width,
             v_width,
+            swa_ring: swa_ring(hp, n_ctx),
         }
     }
 
@@ -688,8 +706,14 @@ impl CpuModel {
                     vc: &s.cache.v[il],
                     pos0: s.pos0,
                     n_tok: span.len(),
-                    // llama.cpp rounds its context up to 256 cells.
-                    kv_cells: s.cache.n_ctx.next_multiple_of(256),
+                    // llama.cpp rounds its context up to 256 cells; a
+                    // window's ring has its own.
+                    kv_cells: if swa && s.cache.swa_ring > 0 {
+                        s.cache.swa_ring
+                    } else {
+                        s.cache.n_ctx.next_multiple_of(256)
+                    },
+                    ring: if swa { s.cache.swa_ring } else { 0 },
                 })
                 .collect();
             let attn = attention::attend_batch(&shape, &items, &self.pool).concat();
@@ -782,6 +806,25 @@ impl CpuModel {
                 mine.to_vec()
             })
             .collect()
+    }
+}
+
+/// The cells of llama.cpp's sliding-window cache for a context of `n_ctx`
+/// (`llama_kv_cache_iswa`: the window plus a micro-batch, at most the
+/// context rounded up to 256, itself rounded up to 256), where that is
+/// fewer than the context's: else 0 (positions never wrap).
+fn swa_ring(hp: &kestrel_model::HParams, n_ctx: usize) -> usize {
+    if hp.sliding_window == 0 || !hp.swa_layers.iter().any(|&w| w) {
+        return 0;
+    }
+    let cells = n_ctx.next_multiple_of(256);
+    let ring = cells
+        .min(hp.sliding_window + N_UBATCH)
+        .next_multiple_of(256);
+    if ring < cells {
+        ring
+    } else {
+        0
     }
 }
 

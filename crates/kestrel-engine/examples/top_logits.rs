@@ -19,7 +19,11 @@ fn main() {
     });
     let mut tokens = engine.tokenize_prompt(&args[2]);
     println!("prompt ids: {tokens:?}");
+    // SWA_FULL=1: sliding-window layers as llama.cpp's `--swa-full`.
     let mut cache = engine.model.new_cache(4096);
+    if std::env::var_os("SWA_FULL").is_some() {
+        cache.full_swa();
+    }
     let mut logits = engine.model.forward(&tokens, 0, &mut cache, Logits::Last);
     for step in 0..steps {
         let mut idx: Vec<usize> = (0..logits.len()).collect();
@@ -33,7 +37,7 @@ fn main() {
                     String::from_utf8_lossy(&engine.tokenizer.token_to_piece(i as u32, true))
                         .into_owned();
                 format!(
-                    "{i}:{piece:?} {:.4} p={:.5}",
+                    "{i}:{piece:?} {:.6} p={:.5}",
                     logits[i],
                     (logits[i] - max).exp() / z
                 )

@@ -144,6 +144,18 @@ impl<'e> Batch<'e> {
         }
     }
 
+    /// Every slot's sliding-window layers as llama.cpp's `--swa-full` has
+    /// them (see [`GenerateParams::swa_full`]).
+    /// (The GPU backend's attention always visits keys in position order.)
+    pub fn full_swa(mut self) -> Self {
+        for slot in &mut self.slots {
+            if let Store::Cpu(cache) = &mut slot.cache {
+                cache.full_swa();
+            }
+        }
+        self
+    }
+
     /// As [`Batch::new`], stepping on the GPU: `model` (the engine's model
     /// uploaded, with a context of at least `n_ctx`) holds each slot's
     /// cache and history. `chunk` bounds the prompt positions fed per step.

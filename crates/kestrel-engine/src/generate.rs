@@ -99,6 +99,11 @@ pub struct GenerateParams {
     /// Overlap each step's host work with the next step's forward pass on a
     /// worker thread (see the module documentation). Same output either way.
     pub pipelined: bool,
+    /// Sliding-window layers as llama.cpp's `--swa-full` has them (every
+    /// position its own cell); by default as its default ring of cells
+    /// (see [`kestrel_cpu::KvCache::full_swa`]). Only the order the
+    /// attention visits the keys differs, so only the last bits.
+    pub swa_full: bool,
 }
 
 impl GenerateParams {
@@ -120,6 +125,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             n_probs: 0,
             pipelined: true,
+            swa_full: false,
         }
     }
 }
@@ -283,6 +289,9 @@ impl Engine {
         let mut emitter = Emitter::new(&self.tokenizer, &params.stop, on_event);
 
         let mut cache: KvCache = self.model.new_cache(params.n_ctx);
+        if params.swa_full {
+            cache.full_swa();
+        }
         let t0 = Instant::now();
         let logits = self.model.forward(prompt, 0, &mut cache, Logits::Last);
         let prompt_ms = t0.elapsed().as_secs_f64() * 1000.0;

@@ -52,6 +52,8 @@ pub struct ServeConfig {
     pub backing: kestrel_gguf::Backing,
     /// Run the batch on the GPU (token selection on the device).
     pub gpu: bool,
+    /// Sliding-window layers over a full-size cache (`--swa-full`).
+    pub swa_full: bool,
 }
 
 /// How long in-flight requests get after SIGINT/SIGTERM before the server exits.

@@ -275,6 +275,8 @@ pub fn gen_request(
         // one alternative; extra alternatives are cut when formatting.
         n_probs: logprobs.map_or(0, |n| n.max(1)),
         pipelined: true,
+        // The slots' caches are set up once, for the server (`--swa-full`).
+        swa_full: false,
     };
     Ok(GenRequest {
         params,

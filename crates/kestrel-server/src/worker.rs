@@ -151,6 +151,7 @@ pub fn run(
     };
     let train = engine.model.spec.hparams.n_ctx_train.max(1);
     let slots = cfg.parallel.max(1);
+    let swa_full = cfg.swa_full;
     // `-c` is shared by the slots, as llama-server's; without it each slot
     // gets what one request got before batching: min(4096, training context).
     let (n_ctx, n_ctx_total) = match cfg.n_ctx {
@@ -192,7 +193,8 @@ pub fn run(
         // this thread instead of waiting for a worker to wake and take it.
         None => engine.model.install(move || {
             serve_jobs(&shared, &jobs, &|| {
-                Ok(Batch::new(engine, slots, n_ctx, PROMPT_CHUNK))
+                let batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
+                Ok(if swa_full { batch.full_swa() } else { batch })
             })
         }),
     }
