@@ -8,7 +8,8 @@
 //!   a 512-token micro-batch), so from position 1024 its attention visits
 //!   the newest keys first; with `--swa-full` it keeps every position in
 //!   order. The two fixtures part at step 373 (position 1024), and Kestrel
-//!   must match each in the matching mode.
+//!   must match each in the matching mode. And 16 steps after a 1611-token
+//!   prompt, whose later micro-batches attend in the ring.
 //! - A prompt of 512 + 16-21 tokens on each test model, 8 steps: llama.cpp
 //!   runs it as a 512-token micro-batch and a short one, whose rows take
 //!   other kernels than one pass of them all would.
@@ -83,16 +84,18 @@ fn check(model: &str, prompt: &str, fixture_path: &str, full_swa: bool) {
     }
 }
 
-fn long_prompt() -> String {
-    let prompts: serde_json::Value = serde_json::from_str(
+fn long_prompts() -> Vec<String> {
+    let prompts: Vec<String> = serde_json::from_str(
         &std::fs::read_to_string(root().join("tests/fixtures/greedy/long-prompts.json"))
             .expect("long prompts"),
     )
-    .expect("JSON");
-    prompts[1]
-        .as_str()
-        .expect("a second long prompt")
-        .to_string()
+    .expect("a JSON list of strings");
+    assert_eq!(prompts.len(), 2, "two long prompts");
+    prompts
+}
+
+fn long_prompt() -> String {
+    long_prompts().swap_remove(1)
 }
 
 const GEMMA: &str = "gemma-3-270m-q4_k_m";
@@ -114,6 +117,17 @@ fn gemma3_with_swa_full_matches_llama_cpp_logits() {
         &long_prompt(),
         &format!("tests/fixtures/greedy/ring/{GEMMA}.full.txt"),
         true,
+    );
+}
+
+#[test]
+fn gemma3_prompt_past_its_window_ring_matches_llama_cpp_logits() {
+    let p = long_prompts();
+    check(
+        GEMMA,
+        &format!("{}\n\n{}\n\n{}", p[1], p[1], p[0]),
+        &format!("tests/fixtures/greedy/ring/{GEMMA}.long-prompt.txt"),
+        false,
     );
 }
 

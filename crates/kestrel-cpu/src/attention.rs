@@ -49,7 +49,7 @@ pub fn attend(
 ) -> Vec<f32> {
     let dv = s.head_dim_v;
     if n_tok >= TILED_MIN_QUERIES {
-        return attend_tiled(s, q, kc, vc, pos0, n_tok, pool);
+        return attend_tiled(s, q, kc, vc, pos0, n_tok, 0, pool);
     }
     let mut out = vec![0f32; n_tok * s.n_head * dv];
     let work = n_tok * s.n_head * (pos0 + n_tok) * (s.head_dim_k + dv);
@@ -269,7 +269,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
         .iter()
         .map(|it| {
             if it.n_tok >= TILED_MIN_QUERIES {
-                attend_tiled(s, it.q, it.kc, it.vc, it.pos0, it.n_tok, pool)
+                attend_tiled(s, it.q, it.kc, it.vc, it.pos0, it.n_tok, it.ring, pool)
             } else {
                 vec![0f32; it.n_tok * s.n_head * dv]
             }
@@ -1389,6 +1389,7 @@ const KV_TILE: usize = 64;
 /// from ggml's vector `expf` with per-8 partial sums added in f64; values
 /// accumulate in f32 as sequential fused sums over the tile's keys.
 /// Work is split by (head, 64-query tile).
+#[allow(clippy::too_many_arguments)]
 fn attend_tiled(
     s: &AttnShape,
     q: &[f32],
@@ -1396,6 +1397,7 @@ fn attend_tiled(
     vc: &[u16],
     pos0: usize,
     n_tok: usize,
+    ring: usize,
     pool: &ThreadPool,
 ) -> Vec<f32> {
     let dv = s.head_dim_v;
@@ -1408,14 +1410,14 @@ fn attend_tiled(
         if kestrel_quant::avx512_in_use() {
             // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL
             // (checked just above).
-            return unsafe { tile_avx512(s, q, kc, vc, pos0, h, t0, t1) };
+            return unsafe { tile_avx512(s, q, kc, vc, pos0, ring, h, t0, t1) };
         }
         #[cfg(target_arch = "x86_64")]
         if kestrel_quant::avx2_in_use() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { tile_avx2(s, q, kc, vc, pos0, h, t0, t1) };
+            return unsafe { tile_avx2(s, q, kc, vc, pos0, ring, h, t0, t1) };
         }
-        tile::<2>(s, q, kc, vc, pos0, h, t0, t1)
+        tile::<2>(s, q, kc, vc, pos0, ring, h, t0, t1)
     };
     let parts: Vec<Vec<f32>> =
         pool.install(|| (0..s.n_head * n_qt).into_par_iter().map(task).collect());
@@ -1444,11 +1446,12 @@ macro_rules! tile_build {
             kc: &[u16],
             vc: &[u16],
             pos0: usize,
+            ring: usize,
             h: usize,
             t0: usize,
             t1: usize,
         ) -> Vec<f32> {
-            tile::<$rows>(s, q, kc, vc, pos0, h, t0, t1)
+            tile::<$rows>(s, q, kc, vc, pos0, ring, h, t0, t1)
         }
     };
 }
@@ -1473,6 +1476,9 @@ tile_build!(
 
 /// Query rows t0..t1 of head `h`; returns (t1 - t0) rows of head_dim_v.
 /// Rows go `ROWS` at a time (2 or 4) through the score and value loops.
+/// The keys go in tiles of cells, as ggml's view has them: the positions,
+/// or in a ring (see [`AttnItem::ring`]) once the rows pass its size, its
+/// cells, each holding the latest position congruent to it.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn tile<const ROWS: usize>(
@@ -1481,6 +1487,7 @@ fn tile<const ROWS: usize>(
     kc: &[u16],
     vc: &[u16],
     pos0: usize,
+    ring: usize,
     h: usize,
     t0: usize,
     t1: usize,
@@ -1500,11 +1507,24 @@ fn tile<const ROWS: usize>(
     let mut krow = vec![0f32; dk];
     let mut kq4 = [[0f32; KV_TILE]; 4];
     let last = pos0 + t1 - 1;
-    for ic in (0..=last).step_by(KV_TILE) {
-        let n_k = KV_TILE.min(last + 1 - ic);
+    let (n_cells, lap) = if ring > 0 && last >= ring {
+        (ring, last / ring * ring)
+    } else {
+        (last + 1, 0)
+    };
+    // (Past the newest lap's cells, lap >= ring.)
+    let pos_of = |c: usize| {
+        if lap + c <= last {
+            lap + c
+        } else {
+            lap + c - ring
+        }
+    };
+    for ic in (0..n_cells).step_by(KV_TILE) {
+        let n_k = KV_TILE.min(n_cells - ic);
         for tk in 0..KV_TILE {
             if tk < n_k {
-                let j = ic + tk;
+                let j = pos_of(ic + tk);
                 f16_to_f32_row(&kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk], &mut krow);
                 f16_to_f32_row(
                     &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv],
@@ -1548,8 +1568,7 @@ fn tile<const ROWS: usize>(
                 let keys = causal_keys(s, pos0 + t0 + row);
                 let kq = &mut kq4[i];
                 for (tk, a) in kq.iter_mut().enumerate() {
-                    let j = ic + tk;
-                    *a = if tk < n_k && keys.contains(&j) {
+                    *a = if tk < n_k && keys.contains(&pos_of(ic + tk)) {
                         *a * s.scale
                     } else {
                         f32::NEG_INFINITY
@@ -2370,8 +2389,8 @@ mod tests {
                 for t0 in (0..n_tok).step_by(KV_TILE) {
                     let t1 = (t0 + KV_TILE).min(n_tok);
                     // SAFETY: AVX2, FMA and F16C were detected above.
-                    let a = unsafe { tile_avx2(&s, &q, &kc, &vc, pos0, h, t0, t1) };
-                    let b = tile::<2>(&s, &q, &kc, &vc, pos0, h, t0, t1);
+                    let a = unsafe { tile_avx2(&s, &q, &kc, &vc, pos0, 0, h, t0, t1) };
+                    let b = tile::<2>(&s, &q, &kc, &vc, pos0, 0, h, t0, t1);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&a),
@@ -2380,11 +2399,11 @@ mod tests {
                     );
                     // Four rows at a time: portable, and with AVX-512 where
                     // the CPU has it.
-                    let c = tile::<4>(&s, &q, &kc, &vc, pos0, h, t0, t1);
+                    let c = tile::<4>(&s, &q, &kc, &vc, pos0, 0, h, t0, t1);
                     assert_eq!(bits(&c), bits(&b), "quads: dim {dim} h {h} t0 {t0}");
                     if kestrel_quant::avx512_in_use() {
                         // SAFETY: AVX-512 F/BW/VL were detected.
-                        let e = unsafe { tile_avx512(&s, &q, &kc, &vc, pos0, h, t0, t1) };
+                        let e = unsafe { tile_avx512(&s, &q, &kc, &vc, pos0, 0, h, t0, t1) };
                         assert_eq!(bits(&e), bits(&b), "AVX-512: dim {dim} h {h} t0 {t0}");
                     }
                 }
