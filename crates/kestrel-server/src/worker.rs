@@ -53,9 +53,13 @@ pub struct Loaded {
 }
 
 /// Prompt tokens fed per step (a chunk; see [`kestrel_engine::Batch`]):
-/// big enough for the tiled prefill kernels, small enough that a long
+/// llama.cpp's micro-batch, so that a prompt's rows meet the same kernels
+/// as in llama-server and `kestrel run` (a row's kernels depend on its
+/// pass: with 256, a 310-token prompt's last 54 rows took the one-query
+/// attention instead of the tiled one, and SmolLM2's greedy text parted
+/// from `kestrel run`'s at the fifth token); small enough that a long
 /// prompt holds the running streams up for a fraction of a second.
-pub const PROMPT_CHUNK: usize = 256;
+pub const PROMPT_CHUNK: usize = 512;
 
 pub enum LoadState {
     Loading,
