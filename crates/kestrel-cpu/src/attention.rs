@@ -103,7 +103,8 @@ pub struct AttnItem<'a> {
     /// smaller than the context (`swa_full` off: the window plus a batch,
     /// rounded up to 256), reusing them in turn: position p sits in cell
     /// p mod `ring`, and the attention visits cells in order, so once the
-    /// positions pass `ring` the newest keys come first. 0: cell = position.
+    /// positions pass `ring` the newest keys come first. `kc` and `vc` then
+    /// hold the ring's rows, row = cell. 0: row = cell = position.
     pub ring: usize,
 }
 
@@ -168,6 +169,18 @@ fn cell_runs(keys: &Range<usize>, cells: Range<usize>, ring: usize) -> Runs {
         None => 0..0,
     };
     Runs([newest, older])
+}
+
+/// `keys` (positions) as cache rows: in a ring, row = position mod its
+/// size (each run lies within one lap).
+fn rows_of(keys: Runs, ring: usize) -> Runs {
+    if ring == 0 {
+        return keys;
+    }
+    Runs(keys.0.map(|r| {
+        let start = r.start % ring;
+        start..start + r.len()
+    }))
 }
 
 /// The keys a query at position `p` reads: all before it, or the window's.
@@ -335,7 +348,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
                 .zip(part.sums.chunks_exact_mut(s.n_head * dv))
                 .enumerate()
             {
-                let ck = sp.keys(c, &keys, it.ring);
+                let ck = rows_of(sp.keys(c, &keys, it.ring), it.ring);
                 if ck.is_empty() {
                     continue;
                 }
@@ -377,7 +390,8 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
                     it,
                     t,
                     keys: if it.ring > 0 {
-                        cell_runs(&causal_keys(s, it.pos0 + t), 0..it.ring, it.ring)
+                        let cells = cell_runs(&causal_keys(s, it.pos0 + t), 0..it.ring, it.ring);
+                        rows_of(cells, it.ring)
                     } else {
                         Runs::one(causal_keys(s, it.pos0 + t))
                     },
@@ -1478,7 +1492,8 @@ tile_build!(
 /// Rows go `ROWS` at a time (2 or 4) through the score and value loops.
 /// The keys go in tiles of cells, as ggml's view has them: the positions,
 /// or in a ring (see [`AttnItem::ring`]) once the rows pass its size, its
-/// cells, each holding the latest position congruent to it.
+/// cells, each holding the latest position congruent to it. Cell c is
+/// cache row c either way.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn tile<const ROWS: usize>(
@@ -1524,7 +1539,7 @@ fn tile<const ROWS: usize>(
         let n_k = KV_TILE.min(n_cells - ic);
         for tk in 0..KV_TILE {
             if tk < n_k {
-                let j = pos_of(ic + tk);
+                let j = ic + tk;
                 f16_to_f32_row(&kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk], &mut krow);
                 f16_to_f32_row(
                     &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv],
@@ -2031,7 +2046,7 @@ mod tests {
                 kv_cells,
                 ring,
             };
-            // A ring is the view's cells; the cache rows stay positions.
+            // A ring is the view's cells, and the cache's rows.
             let view = if ring > 0 { ring } else { cells };
             let got = attend_batch(&s, &[item(pos, view), item(100, view)], &pool);
 
@@ -2069,10 +2084,11 @@ mod tests {
                     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
                     let mut acc = vec![0u16; dim];
                     for ic in ic_start..ic_end {
-                        let Some(kp) = pos_of(ic).filter(|&kp| kp <= pos && kp >= lo) else {
+                        if pos_of(ic).is_none_or(|kp| kp > pos || kp < lo) {
                             continue; // masked
-                        };
-                        let at = (kp * n_head_kv + kvh) * dim;
+                        }
+                        // A ring's rows are its cells.
+                        let at = (ic * n_head_kv + kvh) * dim;
                         let sc = f16_dot(&kc[at..at + dim], &q16) * s.scale;
                         let (mut ms, mut vs) = (1f32, 1f32);
                         if sc > m {

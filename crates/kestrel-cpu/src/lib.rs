@@ -89,8 +89,12 @@ pub struct KvCache {
     v_width: usize,
     /// The cells of llama.cpp's sliding-window cache where that is a ring
     /// smaller than the context (see [`attention::AttnItem::ring`]); 0
-    /// where it holds every position (`--swa-full`, or no window).
+    /// where it holds every position (`--swa-full`, or no window). The
+    /// window layers then keep only that many rows, position p in row
+    /// p mod `swa_ring`, as llama.cpp's cells hold them.
     swa_ring: usize,
+    /// Which layers are sliding-window layers.
+    swa_layers: Vec<bool>,
 }
 
 /// llama.cpp's default micro-batch (`n_ubatch`): its sliding-window cache
@@ -107,8 +111,41 @@ impl KvCache {
     /// position order. By default they follow llama.cpp's default, a ring
     /// of the window plus a micro-batch, whose visiting order turns once
     /// the positions pass its size.
+    /// Call it before the cache's first use: the window layers' rows are
+    /// allocated anew, for every position.
     pub fn full_swa(&mut self) {
+        if self.swa_ring == 0 {
+            return;
+        }
         self.swa_ring = 0;
+        for (l, &swa) in self.swa_layers.iter().enumerate() {
+            if swa {
+                self.k[l] = vec![0u16; self.n_ctx * self.k_width];
+                self.v[l] = vec![0u16; self.n_ctx * self.v_width];
+            }
+        }
+    }
+
+    /// The window ring's size (0: none); a reused prefix must keep the
+    /// window before its end (see [`KvCache::keeps`]).
+    pub fn swa_ring(&self) -> usize {
+        self.swa_ring
+    }
+
+    /// Whether, after positions up to `written` were stored, positions
+    /// `from..to` are all still held: in a window layer's ring a later
+    /// position takes the row of the one a ring's length before it.
+    pub fn keeps(&self, from: usize, to: usize, written: usize) -> bool {
+        self.swa_ring == 0 || from >= to || written <= from + self.swa_ring
+    }
+
+    /// Layer `l`'s row for position `p`.
+    fn row(&self, l: usize, p: usize) -> usize {
+        if self.swa_ring > 0 && self.swa_layers[l] {
+            p % self.swa_ring
+        } else {
+            p
+        }
     }
 }
 
@@ -331,17 +368,27 @@ impl CpuModel {
         let hp = &self.spec.hparams;
         let k_width = hp.n_head_kv * hp.head_dim_k;
         let v_width = hp.n_head_kv * hp.head_dim_v;
+        let ring = swa_ring(hp, n_ctx);
+        // A window layer in a ring keeps the ring's rows only.
+        let rows = |l: usize| {
+            if ring > 0 && hp.swa_layers[l] {
+                ring
+            } else {
+                n_ctx
+            }
+        };
         KvCache {
             k: (0..hp.n_layer)
-                .map(|_| vec![0u16; n_ctx * k_width])
+                .map(|l| vec![0u16; rows(l) * k_width])
                 .collect(),
             v: (0..hp.n_layer)
-                .map(|_| vec![0u16; n_ctx * v_width])
+                .map(|l| vec![0u16; rows(l) * v_width])
                 .collect(),
             n_ctx,
             k_width,
             v_width,
-            swa_ring: swa_ring(hp, n_ctx),
+            swa_ring: ring,
+            swa_layers: hp.swa_layers.clone(),
         }
     }
 
@@ -701,18 +748,25 @@ impl CpuModel {
             };
             for (s, span) in seqs.iter_mut().zip(&spans) {
                 let cache = &mut *s.cache;
+                // A ring must hold a pass's rows and the window before them
+                // (llama.cpp sizes it for its 512-token micro-batches).
+                assert!(
+                    !swa || cache.swa_ring == 0 || span.len() + window <= cache.swa_ring,
+                    "a pass of {} tokens overruns the window ring",
+                    span.len()
+                );
+                let rows: Vec<usize> = (0..span.len()).map(|j| cache.row(il, s.pos0 + j)).collect();
                 let (kw, vw) = (cache.k_width, cache.v_width);
                 let kc = &mut cache.k[il];
                 let vc = &mut cache.v[il];
-                for (j, t) in span.clone().enumerate() {
-                    let p = s.pos0 + j;
+                for (t, r) in span.clone().zip(rows) {
                     kestrel_quant::f32_to_f16_row(
                         &k[t * k_dim..(t + 1) * k_dim],
-                        &mut kc[p * kw..(p + 1) * kw],
+                        &mut kc[r * kw..(r + 1) * kw],
                     );
                     kestrel_quant::f32_to_f16_row(
                         &v[t * v_dim..(t + 1) * v_dim],
-                        &mut vc[p * vw..(p + 1) * vw],
+                        &mut vc[r * vw..(r + 1) * vw],
                     );
                 }
             }

@@ -449,3 +449,58 @@ fn wrong_block_spec_fails_the_reference_check() {
         assert!(err > tolerance(ty), "{name}: error only {err:.4}");
     }
 }
+
+/// A window layer kept as llama.cpp's default ring (the window plus a
+/// 512-token micro-batch, rounded up to 256 cells: 768 for the tiny window
+/// of 4), position p in row p mod 768, against the naive reference past
+/// the ring's size: a prompt of 900 tokens (passes of 512 and 388, the
+/// second writing over the first's rows) and decode steps after it. The
+/// ring and a full-size cache (`full_swa`) differ only in the order the
+/// window's keys are summed; a wrong row would put the wrong keys in.
+#[test]
+fn gemma3_window_ring_matches_reference() {
+    let ty = GgmlType::F16;
+    let case = load("gemma3", ty, 5, 2);
+    let nv = case.cfg.n_vocab;
+    let tokens = prompt(904, nv, 5);
+    let want = case.reference.forward(&tokens);
+    let mut failures = Vec::new();
+    for full in [false, true] {
+        let mut cache = case.model.new_cache(1024);
+        if full {
+            cache.full_swa();
+        }
+        assert_eq!(cache.swa_ring(), if full { 0 } else { 768 });
+        // Positions 100..110 stay until position 868 is stored over 100.
+        assert!(cache.keeps(100, 110, 868));
+        assert_eq!(cache.keeps(100, 110, 869), full);
+        assert!(cache.keeps(0, 0, 5000), "nothing to keep");
+        let mut clear = 0;
+        let all = case
+            .model
+            .forward(&tokens[..900], 0, &mut cache, Logits::All);
+        let mut rows: Vec<Vec<f32>> = all.chunks_exact(nv).map(<[f32]>::to_vec).collect();
+        for p in 900..904 {
+            rows.push(
+                case.model
+                    .forward(&tokens[p..p + 1], p, &mut cache, Logits::Last),
+            );
+        }
+        for (p, row) in rows.iter().enumerate() {
+            failures.extend(compare(
+                &format!("full_swa {full}, pos {p}"),
+                row,
+                &want[p],
+                tolerance(ty),
+                &mut clear,
+            ));
+        }
+        assert!(clear > 100, "only {clear} clear argmax positions");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
