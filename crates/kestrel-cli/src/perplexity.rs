@@ -38,6 +38,11 @@ pub struct PerplexityArgs {
     /// Worker threads (default: available cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
+    /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
+    /// llama.cpp's `--swa-full`; by default as its default window cache, a
+    /// ring whose visiting order differs in the last bits past its size.
+    #[arg(long = "swa-full")]
+    swa_full: bool,
     #[command(flatten)]
     weights: crate::WeightArgs,
     /// Where to evaluate: cpu, gpu, or auto (a hardware GPU if any).
@@ -121,6 +126,7 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         n_ctx,
         n_batch: n_batch_eff,
         n_chunks: a.chunks,
+        swa_full: a.swa_full,
     };
     let stdout = std::io::stdout();
     let on_gpu = crate::gpu::choose(a.device, a.n_gpu_layers) == crate::gpu::Device::Gpu;
@@ -139,7 +145,7 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
     let n_batch_cpu = n_batch_eff;
     let lls_of = |chunk: &[u32], first: usize| match &gpu_model {
         Some(model) => gpu_log_likelihoods(model, chunk, first).map_err(|e| e.to_string()),
-        None => Ok(engine.chunk_log_likelihoods(chunk, n_batch_cpu, first)),
+        None => Ok(engine.chunk_log_likelihoods(chunk, n_batch_cpu, first, a.swa_full)),
     };
     let started = Instant::now();
     let result = engine.perplexity_with(&tokens, &params, lls_of, |r| {

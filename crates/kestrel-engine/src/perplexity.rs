@@ -22,6 +22,9 @@ pub struct PerplexityParams {
     pub n_batch: usize,
     /// Evaluate at most this many chunks (`None`: every whole chunk).
     pub n_chunks: Option<usize>,
+    /// Sliding-window layers over a full-size cache (`--swa-full`; see
+    /// [`crate::GenerateParams::swa_full`]).
+    pub swa_full: bool,
 }
 
 /// Why a perplexity run could not produce a number.
@@ -186,10 +189,20 @@ impl Engine {
     /// Log-likelihoods of tokens `first+1 .. chunk.len()-1` of one chunk
     /// evaluated from an empty cache in batches of `n_batch` tokens (the
     /// caller has put BOS first where wanted).
-    pub fn chunk_log_likelihoods(&self, chunk: &[u32], n_batch: usize, first: usize) -> Vec<f64> {
+    /// With `swa_full`, sliding-window layers over a full-size cache.
+    pub fn chunk_log_likelihoods(
+        &self,
+        chunk: &[u32],
+        n_batch: usize,
+        first: usize,
+        swa_full: bool,
+    ) -> Vec<f64> {
         let n_ctx = chunk.len();
         let n_vocab = self.model.spec.hparams.n_vocab;
         let mut cache = self.model.new_cache(n_ctx);
+        if swa_full {
+            cache.full_swa();
+        }
         let mut lls = Vec::with_capacity(n_ctx.saturating_sub(first + 1));
         for (b, batch) in chunk.chunks(n_batch.max(1)).enumerate() {
             let pos0 = b * n_batch.max(1);
@@ -222,7 +235,7 @@ impl Engine {
         self.perplexity_with(
             tokens,
             params,
-            |chunk, first| Ok(self.chunk_log_likelihoods(chunk, n_batch, first)),
+            |chunk, first| Ok(self.chunk_log_likelihoods(chunk, n_batch, first, params.swa_full)),
             on_chunk,
         )
     }
