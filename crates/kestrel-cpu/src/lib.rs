@@ -138,15 +138,6 @@ impl KvCache {
     pub fn keeps(&self, from: usize, to: usize, written: usize) -> bool {
         self.swa_ring == 0 || from >= to || written <= from + self.swa_ring
     }
-
-    /// Layer `l`'s row for position `p`.
-    fn row(&self, l: usize, p: usize) -> usize {
-        if self.swa_ring > 0 && self.swa_layers[l] {
-            p % self.swa_ring
-        } else {
-            p
-        }
-    }
 }
 
 /// One sequence's part of a batched forward pass: its new tokens, the
@@ -755,11 +746,14 @@ impl CpuModel {
                     "a pass of {} tokens overruns the window ring",
                     span.len()
                 );
-                let rows: Vec<usize> = (0..span.len()).map(|j| cache.row(il, s.pos0 + j)).collect();
+                // Position p's row: p, or p mod the ring in a window layer.
+                let ring = if swa { cache.swa_ring } else { 0 };
                 let (kw, vw) = (cache.k_width, cache.v_width);
                 let kc = &mut cache.k[il];
                 let vc = &mut cache.v[il];
-                for (t, r) in span.clone().zip(rows) {
+                for (j, t) in span.clone().enumerate() {
+                    let p = s.pos0 + j;
+                    let r = if ring > 0 { p % ring } else { p };
                     kestrel_quant::f32_to_f16_row(
                         &k[t * k_dim..(t + 1) * k_dim],
                         &mut kc[r * kw..(r + 1) * kw],

@@ -286,17 +286,18 @@ impl<'e> Batch<'e> {
                 };
                 (cache_n, Some(device))
             }
-            (Store::Cpu(cache), _) => {
+            (cache, _) => {
                 let mut n = reusable_prefix(common, prompt.len(), self.chunk);
                 // A window ring keeps the last positions only: the window
                 // before the reused prefix's end must still be there.
                 let window = self.engine.model.spec.hparams.sliding_window;
-                if !cache.keeps(n.saturating_sub(window), n, slot.cached.len()) {
-                    n = 0;
+                if let Store::Cpu(c) = cache {
+                    if !c.keeps(n.saturating_sub(window), n, slot.cached.len()) {
+                        n = 0;
+                    }
                 }
                 (n, None)
             }
-            _ => (reusable_prefix(common, prompt.len(), self.chunk), None),
         };
         slot.cached.truncate(cache_n);
         slot.seq = Some(Seq {
