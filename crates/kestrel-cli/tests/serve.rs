@@ -977,6 +977,46 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
     assert_eq!(third["choices"][0]["text"], first["choices"][0]["text"]);
 }
 
+/// A client that leaves while its long prompt is still being prefilled
+/// (nothing streamed yet, so the loop, not a failed token send, notices)
+/// frees the slot too, and `/slots` says so: the loop once went to sleep
+/// on the empty queue without publishing the freed slot.
+#[test]
+fn serve_leaving_during_prefill_frees_the_slot() {
+    let s = start_ctx("4096", &["-np", "1"]);
+    let port = s.port;
+    let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    let body = json!({"prompt": prompt, "max_tokens": 4, "stream": true}).to_string();
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let (r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+    assert_eq!(status, 200);
+    // Leave once the first 512-token chunk is in (of about 3000).
+    let t0 = Instant::now();
+    loop {
+        let slots = request(port, "GET", "/slots", "").json();
+        let n_past = slots[0]["n_past"].as_u64().unwrap_or(0);
+        if n_past > 0 {
+            assert!(n_past < 2048, "{slots}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{slots}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    drop(r);
+    while busy_slots(port) > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the slot is still busy {:?} after the client left",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0});
+    assert_eq!(post(port, "/v1/completions", &again).status, 200);
+}
+
 /// `--device gpu` (lavapipe in CI): streamed text equals the reply's,
 /// seeded streams running together each give what they give alone, a
 /// repeated prompt reuses its cached prefix, and logprobs come back.

@@ -239,6 +239,7 @@ fn serve_jobs<'e>(
             if gone || stopping {
                 let g = batch.cancel(id);
                 if let (Some(tx), Some(g)) = (running.remove(&id), g) {
+                    log(&g);
                     record(m, &g);
                     let _ = tx.send(Event::Done(Ok(g)));
                 }
@@ -247,6 +248,9 @@ fn serve_jobs<'e>(
         // Queued jobs into free slots; with nothing running, wait for one.
         while batch.has_free_slot() {
             let job = if batch.is_idle() {
+                // `/slots` and `/metrics` show the slots freed above before
+                // the loop sleeps: they read what was last published.
+                publish(shared, &batch);
                 match jobs.recv() {
                     Ok(j) => j,
                     Err(_) => return,
