@@ -930,9 +930,5 @@ impl Drop for SetOnDrop<'_> {
 /// a futex wake-up per op (~12% of a SmolLM2 decode step went to the
 /// scheduler), where ggml's workers spin through a graph.
 fn keep_warm(done: &AtomicBool) {
-    while !done.load(Ordering::Acquire) {
-        if rayon::yield_now() != Some(rayon::Yield::Executed) {
-            std::hint::spin_loop();
-        }
-    }
+    fork::wait_until(|| done.load(Ordering::Acquire));
 }
