@@ -181,6 +181,26 @@ impl<'a> Band<'a> {
         unsafe { *self.ptr.add(i) = v };
     }
 
+    /// Outputs (token `t + k`, row `r`) = `v[k]`, with the bounds checked
+    /// once for all of `v`.
+    #[inline(always)]
+    fn put_tokens(&mut self, t: usize, r: usize, v: &[f32]) {
+        assert!(self.rows.contains(&r), "row {r} outside the band");
+        assert!(
+            (t + v.len())
+                .checked_mul(self.stride)
+                .is_some_and(|n| n <= self.len),
+            "tokens {t}..{} outside the output",
+            t + v.len()
+        );
+        for (k, &x) in v.iter().enumerate() {
+            // SAFETY: (t + k) * stride + r < (t + len) * stride <= len (r <
+            // stride as a band row), within the buffer borrowed for 'a; row
+            // r is this band's alone (see the Send impl).
+            unsafe { *self.ptr.add((t + k) * self.stride + r) = x };
+        }
+    }
+
     /// Token `t`'s outputs for `rows` (rows of this band) as one slice, for
     /// a kernel to write in place.
     fn row_slice(&mut self, t: usize, rows: Range<usize>) -> &mut [f32] {
@@ -400,6 +420,7 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         }
         for pt0 in (0..n_rows).step_by(ROW_TILE) {
             let tile = (pt0..(pt0 + ROW_TILE).min(n_rows)).map(row_at);
+            let tile_rows: Vec<usize> = tile.clone().collect();
             // Where several eight-row passes cross the row tile, its rows
             // are unpacked once for all of them (Q5_0's fifth bits cost as
             // much as a token's products).
@@ -425,11 +446,22 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                                 }
                                 tile_unpacked = true;
                             }
-                            for (r, uw) in tile.clone().zip(&unpacked) {
-                                let v8 = (u.dot8)(uw, p0, p1);
-                                for (k, v) in v8.into_iter().enumerate().take(real) {
-                                    out.put(t + k, r, v);
+                            // Two rows a call where the build can: each
+                            // activation load then serves both.
+                            let rows = &tile_rows[..];
+                            let mut k0 = 0;
+                            if let Some(dot16) = u.dot16 {
+                                while k0 + 2 <= rows.len() {
+                                    let [v0, v1] =
+                                        dot16([&unpacked[k0], &unpacked[k0 + 1]], p0, p1);
+                                    out.put_tokens(t, rows[k0], &v0[..real]);
+                                    out.put_tokens(t, rows[k0 + 1], &v1[..real]);
+                                    k0 += 2;
                                 }
+                            }
+                            for (&r, uw) in rows[k0..].iter().zip(&unpacked[k0..]) {
+                                let v8 = (u.dot8)(uw, p0, p1);
+                                out.put_tokens(t, r, &v8[..real]);
                             }
                         }
                         _ => {

@@ -325,6 +325,9 @@ pub type UnpackRowFn = fn(w: &[u8], out: &mut Vec<Chunk32>);
 
 /// As [`VecDot8Fn`] on a row unpacked by the paired [`UnpackRowFn`].
 pub type VecDot8UnpackedFn = fn(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8];
+/// [`VecDot8UnpackedFn`] on two unpacked rows.
+pub type VecDot16UnpackedFn =
+    fn(uw: [&[Chunk32]; 2], pre0: &[Chunk32], pre1: &[Chunk32]) -> [[f32; 8]; 2];
 
 /// A four-row kernel and the preparation of its activation rows; `dot8`,
 /// where present, takes two prepared groups at once (each weight block
@@ -357,6 +360,9 @@ pub struct Unpacked8 {
     pub prepare: Prepare4Fn,
     pub unpack: UnpackRowFn,
     pub dot8: VecDot8UnpackedFn,
+    /// `dot8` on two rows at once, where a build has it: `[row][token]`,
+    /// each row's results the bits `dot8` gives it.
+    pub dot16: Option<VecDot16UnpackedFn>,
 }
 
 impl Dot4 {
@@ -494,6 +500,7 @@ mod tests {
         ];
         let mut checked4 = 0;
         let mut unpacked8 = 0;
+        let mut unpacked16 = 0;
         let mut checked2 = 0;
         for (i, &ty) in GgmlType::ALL.iter().enumerate() {
             // Quantizers: same bytes, including exact ties and zero blocks.
@@ -594,6 +601,20 @@ mod tests {
                                     (u.prepare)([&rows[2], &rows[1], &rows[0], &a], &mut q1);
                                     let got = (u.dot8)(&uw, &q0, &q1).map(f32::to_bits);
                                     assert_eq!(got, eight, "{ty} x8 unpacked #{k} n={n}");
+                                    if let Some(dot16) = u.dot16 {
+                                        // Beside another row: each row's bits.
+                                        let wf2: Vec<f32> =
+                                            wf.iter().rev().map(|v| -0.7 * v).collect();
+                                        let mut w2 = vec![0u8; bytes_for(ty, n)];
+                                        quantize_row(ty, &wf2, &mut w2);
+                                        let mut uw2 = Vec::new();
+                                        (u.unpack)(&w2, &mut uw2);
+                                        let second = (u.dot8)(&uw2, &q0, &q1).map(f32::to_bits);
+                                        let both = dot16([&uw, &uw2], &q0, &q1)
+                                            .map(|r| r.map(f32::to_bits));
+                                        assert_eq!(both, [got, second], "{ty} x16 #{k} n={n}");
+                                        unpacked16 += 1;
+                                    }
                                 }
                                 unpacked8 += 1;
                             }
@@ -639,6 +660,11 @@ mod tests {
             unpacked8,
             2 * 3 + q8_0_wide,
             "Q4_1's and Q5_0's unpacked kernels (and Q8_0's), three lengths"
+        );
+        assert_eq!(
+            unpacked16,
+            q8_0_wide * 3,
+            "the AVX-512 two-row kernels (Q4_1, Q5_0, Q8_0), three lengths"
         );
         assert_eq!(checked2, 7 * 3, "every two-row kernel, three lengths");
     }

@@ -131,11 +131,13 @@ const AVX2_Q4_1: Unpacked8 = Unpacked8 {
     prepare: prepare_q8_1,
     unpack: unpack_q4_1,
     dot8: dot8u_q4_1,
+    dot16: None,
 };
 const AVX2_Q5_0: Unpacked8 = Unpacked8 {
     prepare: prepare_q8_0,
     unpack: unpack_q5_0,
     dot8: dot8u_q5_0,
+    dot16: None,
 };
 const VNNI_Q4_1: Unpacked8 = Unpacked8 {
     dot8: dot8v_q4_1,
@@ -149,11 +151,13 @@ const WIDE_Q4_1: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_q4_1,
     unpack: unpack_q4_1,
     dot8: wide::dot8_q4_1,
+    dot16: Some(wide::dot16_q4_1),
 };
 const WIDE_Q5_0: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_signed,
     unpack: wide::unpack_q5_0,
     dot8: wide::dot8_q5_0,
+    dot16: Some(wide::dot16_q5_0),
 };
 /// Q8_0 has only this one: its rows are bytes already, so unpacking pays
 /// only where it lets one instruction serve two tokens.
@@ -161,6 +165,7 @@ const WIDE_Q8_0: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_signed,
     unpack: wide::unpack_q8_0,
     dot8: wide::dot8_q8_0,
+    dot16: Some(wide::dot16_q8_0),
 };
 
 /// Every build of `ty`'s eight-row kernel on unpacked rows that this CPU

@@ -296,6 +296,71 @@ unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]
     out
 }
 
+/// [`dotw`] on two unpacked rows at once: each activation load serves
+/// both rows (the one-row kernel loaded a token pair's quants and scales
+/// for every row), each row's lanes take the one-row kernel's exact f32
+/// steps, so each row's results are the same bits.
+#[inline(always)]
+unsafe fn dotw2<F: Legacy, const G: usize>(
+    w: [Unpacked<'_, F>; 2],
+    pre: [&[Chunk32]; G],
+) -> [[[f32; 4]; G]; 2] {
+    let blocks = w[0].blocks();
+    assert_eq!(w[1].blocks(), blocks, "rows of one matrix");
+    let per_block = 2 * units::<F>();
+    // One check stands for the raw reads in the loop.
+    assert!(
+        pre.iter().all(|p| p.len() > blocks * per_block),
+        "prepared activations"
+    );
+    let base = pre.map(|p| {
+        // SAFETY: within the prepared buffer (its 64-aligned part).
+        unsafe { p.as_ptr().add(start(p)) as *const u8 }
+    });
+    let mut acc = [[[_mm512_setzero_ps(); 2]; G]; 2];
+    let mut summs = [[_mm_setzero_ps(); G]; 2];
+    for i in 0..blocks {
+        // SAFETY: i < blocks; every activation read below is within the
+        // length checked above, in 64-aligned units.
+        unsafe {
+            let (q0, s0, d0, m0) = w[0].block(i);
+            let (q1, s1, d1, m1) = w[1].block(i);
+            let q = [_mm512_broadcast_i64x4(q0), _mm512_broadcast_i64x4(q1)];
+            let st = [_mm512_broadcast_i64x4(s0), _mm512_broadcast_i64x4(s1)];
+            let dw16 = [_mm512_set1_ps(d0), _mm512_set1_ps(d1)];
+            for g in 0..G {
+                let unit = |k: usize| base[g].add((i * units::<F>() + k) * 64);
+                if !F::SIGNED {
+                    let sa = _mm_load_ps(unit(4) as *const f32);
+                    summs[0][g] = _mm_fmadd_ps(_mm_set1_ps(m0), sa, summs[0][g]);
+                    summs[1][g] = _mm_fmadd_ps(_mm_set1_ps(m1), sa, summs[1][g]);
+                }
+                for h in 0..2 {
+                    let act = _mm512_load_si512(unit(h) as *const __m512i);
+                    let da = _mm512_load_ps(unit(2 + h) as *const f32);
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let l = if F::SIGNED {
+                            _mm512_dpbusd_epi32(st[r], act, q[r])
+                        } else {
+                            _mm512_dpbusd_epi32(st[r], q[r], act)
+                        };
+                        let d = _mm512_mul_ps(dw16[r], da);
+                        acc[g][h] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), acc[g][h]);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = [[[0f32; 4]; G]; 2];
+    for (o2, (a2, s2)) in out.iter_mut().zip(acc.iter().zip(&summs)) {
+        for (o, (&a, &s)) in o2.iter_mut().zip(a2.iter().zip(s2)) {
+            // SAFETY: AVX2 and AVX-512 are enabled in every caller.
+            *o = unsafe { finish::<F, 2>(a, s) };
+        }
+    }
+    out
+}
+
 /// One weight row's results from its registers of two tokens' lanes each
 /// (`H` of them, one or two): each token's lanes reduced in the AVX2
 /// kernel's order (`hsum8`: the halves added, then lanes 0 + 2 and 1 + 3,
@@ -611,7 +676,22 @@ wide_rows4!(Q80, rows4x2_q8_0, 1);
 /// The entries of one format: eight tokens on an unpacked row, and four
 /// or eight on a packed one.
 macro_rules! wide_entries {
-    ($f:ty, $unpacked8:ident, $packed4:ident, $packed8:ident) => {
+    ($f:ty, $unpacked8:ident, $unpacked16:ident, $packed4:ident, $packed8:ident) => {
+        pub(crate) fn $unpacked16(
+            uw: [&[Chunk32]; 2],
+            pre0: &[Chunk32],
+            pre1: &[Chunk32],
+        ) -> [[f32; 8]; 2] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(uw: [&[Chunk32]; 2], pre: [&[Chunk32]; 2]) -> [[[f32; 4]; 2]; 2] {
+                unsafe { dotw2::<$f, 2>(uw.map(Unpacked::<$f>::new), pre) }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(uw, [pre0, pre1]) }
+                .map(|[a, b]| [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+        }
+
         pub(crate) fn $unpacked8(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn body(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
@@ -653,10 +733,10 @@ macro_rules! wide_entries {
     };
 }
 
-wide_entries!(Q41, dot8_q4_1, dot4p_q4_1, dot8p_q4_1);
+wide_entries!(Q41, dot8_q4_1, dot16_q4_1, dot4p_q4_1, dot8p_q4_1);
 // Q5_0 through its AVX-512 unpacking (`Q50Bw`: the fifth bits by mask).
-wide_entries!(Q50Bw, dot8_q5_0, dot4p_q5_0, dot8p_q5_0);
-wide_entries!(Q80, dot8_q8_0, dot4p_q8_0, dot8p_q8_0);
+wide_entries!(Q50Bw, dot8_q5_0, dot16_q5_0, dot4p_q5_0, dot8p_q5_0);
+wide_entries!(Q80, dot8_q8_0, dot16_q8_0, dot4p_q8_0, dot8p_q8_0);
 
 /// How a format's single-token decode kernel below takes two rows' block
 /// at once: the 32 quants of each as unsigned codes (the weight plus
