@@ -1,7 +1,8 @@
 //! AVX-512 builds of the legacy formats' several-token kernels (Q4_1,
-//! Q5_0, Q8_0; four or eight tokens, on packed or unpacked rows): one
-//! 512-bit register holds two tokens' eight lanes, so each instruction
-//! serves two tokens where the AVX2 build spends one per token; and of
+//! Q5_0, Q8_0; four or eight tokens, on packed or unpacked rows, the
+//! unpacked ones also two rows a call): one 512-bit register holds two
+//! tokens' eight lanes, so each instruction serves two tokens where the
+//! AVX2 build spends one per token; and of
 //! the four-row decode kernels of Q4_1 and Q5_0, where one register holds
 //! two rows' lanes; and of Q4_1's four-row, four-token kernel, whose
 //! registers hold four rows' lanes of one token. Each half runs exactly
@@ -673,8 +674,8 @@ q4_1_across!(rows4x2_q4_1, 2);
 wide_rows4!(Q50Bw, rows4x2_q5_0, 1);
 wide_rows4!(Q80, rows4x2_q8_0, 1);
 
-/// The entries of one format: eight tokens on an unpacked row, and four
-/// or eight on a packed one.
+/// The entries of one format: eight tokens on one or two unpacked rows,
+/// and four or eight on a packed one.
 macro_rules! wide_entries {
     ($f:ty, $unpacked8:ident, $unpacked16:ident, $packed4:ident, $packed8:ident) => {
         pub(crate) fn $unpacked16(
