@@ -835,6 +835,21 @@ fn busy_slots(port: u16) -> usize {
         .count()
 }
 
+/// Drops the client's connection `conn`, then waits until `/slots` shows
+/// every slot idle, which must take less than `limit`.
+fn leave_and_wait_for_idle_slots<C>(port: u16, conn: C, limit: Duration) {
+    let t0 = Instant::now();
+    drop(conn);
+    while busy_slots(port) > 0 {
+        assert!(
+            t0.elapsed() < limit,
+            "the slot is still busy {:?} after the client left",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Eight seeded streams at once decode together (the slots show them
 /// running side by side) and each streams exactly what it streams alone.
 #[test]
@@ -946,16 +961,7 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
         assert!(next_chunk(&mut r).unwrap().is_some());
     }
     assert_eq!(busy_slots(port), 1);
-    let t0 = Instant::now();
-    drop(r);
-    while busy_slots(port) > 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "the slot is still busy {:?} after the client left",
-            t0.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    leave_and_wait_for_idle_slots(port, r, Duration::from_secs(1));
     assert_eq!(metric(port, "requests_processing"), 0.0);
 
     let ask = json!({"prompt": "The three primary colors are red, yellow and", "max_tokens": 8,
@@ -1003,16 +1009,7 @@ fn serve_leaving_during_prefill_frees_the_slot() {
         assert!(t0.elapsed() < Duration::from_secs(60), "{slots}");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let t0 = Instant::now();
-    drop(r);
-    while busy_slots(port) > 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the slot is still busy {:?} after the client left",
-            t0.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    leave_and_wait_for_idle_slots(port, r, Duration::from_secs(5));
     let again = json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0});
     assert_eq!(post(port, "/v1/completions", &again).status, 200);
 }

@@ -243,20 +243,30 @@ unsafe fn start_lanes(q: __m256i) -> __m256i {
     }
 }
 
-/// `G` groups of four tokens against one weight row.
+/// Where each prepared group's 64-aligned units start, once the groups are
+/// checked to hold `blocks` blocks: the one check that stands for a
+/// kernel's raw activation reads.
 #[inline(always)]
-unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
-    let blocks = w.blocks();
+fn prepared_bases<F: Legacy, const G: usize>(
+    pre: [&[Chunk32]; G],
+    blocks: usize,
+) -> [*const u8; G] {
     let per_block = 2 * units::<F>();
-    // One check stands for the raw reads in the loop.
     assert!(
         pre.iter().all(|p| p.len() > blocks * per_block),
         "prepared activations"
     );
-    let base = pre.map(|p| {
+    pre.map(|p| {
         // SAFETY: within the prepared buffer (its 64-aligned part).
         unsafe { p.as_ptr().add(start(p)) as *const u8 }
-    });
+    })
+}
+
+/// `G` groups of four tokens against one weight row.
+#[inline(always)]
+unsafe fn dotw<F: Legacy, R: WideRow, const G: usize>(w: R, pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
+    let blocks = w.blocks();
+    let base = prepared_bases::<F, G>(pre, blocks);
     let mut acc = [[_mm512_setzero_ps(); 2]; G];
     let mut summs = [_mm_setzero_ps(); G];
     for i in 0..blocks {
@@ -308,16 +318,7 @@ unsafe fn dotw2<F: Legacy, const G: usize>(
 ) -> [[[f32; 4]; G]; 2] {
     let blocks = w[0].blocks();
     assert_eq!(w[1].blocks(), blocks, "rows of one matrix");
-    let per_block = 2 * units::<F>();
-    // One check stands for the raw reads in the loop.
-    assert!(
-        pre.iter().all(|p| p.len() > blocks * per_block),
-        "prepared activations"
-    );
-    let base = pre.map(|p| {
-        // SAFETY: within the prepared buffer (its 64-aligned part).
-        unsafe { p.as_ptr().add(start(p)) as *const u8 }
-    });
+    let base = prepared_bases::<F, G>(pre, blocks);
     let mut acc = [[[_mm512_setzero_ps(); 2]; G]; 2];
     let mut summs = [[_mm_setzero_ps(); G]; 2];
     for i in 0..blocks {
