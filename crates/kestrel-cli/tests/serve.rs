@@ -986,10 +986,11 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
 /// A client that leaves while its long prompt is still being prefilled
 /// (nothing streamed yet, so the loop, not a failed token send, notices)
 /// frees the slot too, and `/slots` says so: the loop once went to sleep
-/// on the empty queue without publishing the freed slot.
+/// on the empty queue without publishing the freed slot. The metrics
+/// count only the prompt chunks computed.
 #[test]
 fn serve_leaving_during_prefill_frees_the_slot() {
-    let s = start_ctx("4096", &["-np", "1"]);
+    let s = start_ctx("4096", &["-np", "1", "--metrics"]);
     let port = s.port;
     let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(300);
     let body = json!({"prompt": prompt, "max_tokens": 4, "stream": true}).to_string();
@@ -1010,6 +1011,11 @@ fn serve_leaving_during_prefill_frees_the_slot() {
         std::thread::sleep(Duration::from_millis(5));
     }
     leave_and_wait_for_idle_slots(port, r, Duration::from_secs(5));
+    let computed = metric(port, "prompt_tokens_total");
+    assert!(
+        (512.0..3000.0).contains(&computed) && computed % 512.0 == 0.0,
+        "{computed} prompt tokens counted: whole 512-token chunks, not the whole prompt"
+    );
     let again = json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0});
     assert_eq!(post(port, "/v1/completions", &again).status, 200);
 }

@@ -674,6 +674,7 @@ fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
         stats: GenStats {
             prompt_tokens: seq.prompt_len,
             cache_n: seq.cache_n,
+            prompt_n: valid.min(seq.prompt_len).saturating_sub(seq.cache_n),
             prompt_ms: (prompt_done - seq.started).as_secs_f64() * 1000.0,
             generated_tokens: tokens.len(),
             generate_ms: (now - prompt_done).as_secs_f64() * 1000.0,

@@ -52,6 +52,9 @@ pub struct GenStats {
     /// Prompt tokens whose keys and values were reused from an earlier
     /// request in the same slot (not computed again).
     pub cache_n: usize,
+    /// Prompt tokens computed for this request: those past `cache_n`, or
+    /// fewer when it ended during the prefill (its client left).
+    pub prompt_n: usize,
     pub prompt_ms: f64,
     pub generated_tokens: usize,
     /// From the end of the prefill to the end of the loop (pipelined, that
@@ -62,7 +65,7 @@ pub struct GenStats {
 
 impl GenStats {
     pub fn prompt_tps(&self) -> f64 {
-        per_second(self.prompt_tokens - self.cache_n, self.prompt_ms)
+        per_second(self.prompt_n, self.prompt_ms)
     }
     pub fn generate_tps(&self) -> f64 {
         per_second(self.generated_tokens, self.generate_ms)
@@ -357,6 +360,7 @@ impl Engine {
         let stats = GenStats {
             prompt_tokens: prompt.len(),
             cache_n: 0,
+            prompt_n: prompt.len(),
             prompt_ms,
             generated_tokens: tokens.len(),
             generate_ms,

@@ -200,9 +200,9 @@ pub fn timings(g: &Generation) -> Value {
     let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     json!({
         "cache_n": s.cache_n,
-        "prompt_n": s.prompt_tokens - s.cache_n,
+        "prompt_n": s.prompt_n,
         "prompt_ms": s.prompt_ms,
-        "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_tokens - s.cache_n),
+        "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_n),
         "prompt_per_second": s.prompt_tps(),
         "predicted_n": s.generated_tokens,
         "predicted_ms": s.generate_ms,

@@ -365,7 +365,7 @@ fn record(m: &Metrics, g: &Generation) {
     let s = &g.stats;
     m.requests.fetch_add(1, Ordering::Relaxed);
     m.prompt_tokens
-        .fetch_add((s.prompt_tokens - s.cache_n) as u64, Ordering::Relaxed);
+        .fetch_add(s.prompt_n as u64, Ordering::Relaxed);
     m.prompt_us
         .fetch_add((s.prompt_ms * 1000.0) as u64, Ordering::Relaxed);
     m.predicted_tokens
