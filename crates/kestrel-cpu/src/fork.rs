@@ -14,7 +14,7 @@
 //! threads and its clients) the thread being waited for may be off its
 //! CPU, and a pure spinner then held its core for the rest of a time
 //! slice. Two `kestrel bench` runs at once (SmolLM2 tg, 2 threads each on
-//! 2 cores) made 143-163 t/s together when spinning, 265-307 yielding; a
+//! 2 cores) made 147-163 t/s together when spinning, 222-225 yielding; a
 //! lone run is as fast as before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
