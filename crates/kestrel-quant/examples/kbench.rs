@@ -28,7 +28,13 @@ fn main() {
         let mut row = vec![0u8; rb];
         quantize_row(ty, &x, &mut row);
         let a = quantize_activations(ty, &x);
-        let f = dot_kernel(DotPath::VecDot, ty);
+        // Each type's decode path (Q4_K's is llama.cpp's repacked gemv).
+        let path = if ty == GgmlType::Q4_K {
+            DotPath::RepackGemv
+        } else {
+            DotPath::VecDot
+        };
+        let f = dot_kernel(path, ty);
         for rows in [64usize, 200_000] {
             let w: Vec<u8> = row.iter().copied().cycle().take(rb * rows).collect();
             let mut s = 0f32;
@@ -44,7 +50,7 @@ fn main() {
                 "{ty} rows {rows}: {:.2} GB/s ({s})",
                 (rb * rows * reps) as f64 / dt / 1e9
             );
-            if let Some(f2) = dot2_kernel(DotPath::VecDot, ty) {
+            if let Some(f2) = dot2_kernel(path, ty) {
                 let t0 = Instant::now();
                 for _ in 0..reps {
                     let half = rows / 2;
@@ -63,7 +69,7 @@ fn main() {
                     (rb * rows * reps) as f64 / dt / 1e9
                 );
             }
-            if let Some(f4) = dot_rows4_kernel(DotPath::VecDot, ty) {
+            if let Some(f4) = dot_rows4_kernel(path, ty) {
                 let t0 = Instant::now();
                 for _ in 0..reps {
                     let q = rows / 4;
@@ -80,7 +86,7 @@ fn main() {
                 );
             }
             // The same four streams through the band kernel, one call.
-            if let Some(band) = dot_band_kernel(DotPath::VecDot, ty) {
+            if let Some(band) = dot_band_kernel(path, ty) {
                 let mut out = vec![0f32; rows];
                 let t0 = Instant::now();
                 for _ in 0..reps {

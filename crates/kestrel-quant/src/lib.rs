@@ -695,7 +695,15 @@ mod tests {
             GgmlType::Q5_1,
             GgmlType::Q8_0,
             GgmlType::Q6_K,
+            GgmlType::Q4_K,
         ] {
+            // Q4_K decodes in the repacked-gemv order: its kernels follow
+            // that portable dot.
+            let reference: VecDotFn = if ty == GgmlType::Q4_K {
+                kquants::q4k::dot_repack_gemv
+            } else {
+                portable_kernels(ty).vec_dot
+            };
             let per = ty.block_size();
             for blocks in [1usize, 3, 7, 28] {
                 let n = blocks * per;
@@ -718,9 +726,7 @@ mod tests {
                     })
                     .collect();
                 let a = quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>());
-                let want: Vec<u32> = (0..4)
-                    .map(|r| (portable_kernels(ty).vec_dot)(n, &w[r], &a).to_bits())
-                    .collect();
+                let want: Vec<u32> = (0..4).map(|r| reference(n, &w[r], &a).to_bits()).collect();
                 for (k, f4) in x86::rows4_kernels(ty).into_iter().enumerate() {
                     let got = f4([&w[0], &w[1], &w[2], &w[3]], &a).map(f32::to_bits);
                     assert_eq!(got[..], want[..], "{ty} build #{k} n={n}");
@@ -730,8 +736,8 @@ mod tests {
         }
         if crate::simd::avx2_available() {
             assert!(
-                checked >= 5 * 4 * 2 + 4,
-                "every format, AVX2's build and one more; Q6_K's AVX2 build"
+                checked >= 5 * 4 * 2 + 2 * 4,
+                "every format, AVX2's build and one more; Q6_K's and Q4_K's AVX2 builds"
             );
         }
     }

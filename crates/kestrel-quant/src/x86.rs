@@ -272,6 +272,7 @@ fn decode_kernels(path: DotPath, ty: T) -> Option<(VecDotRows4Fn, crate::VecDotB
         (DotPath::VecDot, T::Q5_0) => (rows4_q5_0, band_q5_0),
         (DotPath::VecDot, T::Q5_1) => (rows4_q5_1, band_q5_1),
         (DotPath::VecDot, T::Q8_0) => (rows4_q8_0, band_q8_0),
+        (DotPath::RepackGemv, T::Q4_K) if wide => (wide::rows4z_q4_k_gemv, wide::band_q4_k_gemv),
         (DotPath::RepackGemv, T::Q4_K) => (rows4_q4_k_gemv, band_q4_k_gemv),
         (DotPath::VecDot, T::Q6_K) if wide => (wide::rows4z_q6_k, wide::band_q6_k),
         (DotPath::VecDot, T::Q6_K) => (rows4_q6_k, band_q6_k),
@@ -416,10 +417,17 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
 /// (AVX2's; AVX-VNNI's where detected), for the tests.
 #[cfg(test)]
 pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
-    if ty == T::Q6_K {
-        let mut all: Vec<VecDotRows4Fn> = vec![rows4_q6_k];
+    if matches!(ty, T::Q6_K | T::Q4_K) {
+        // One AVX2 build (Q4_K's in the repacked-gemv order, its decode
+        // path), and AVX-512's.
+        let (avx2, avx512): (VecDotRows4Fn, VecDotRows4Fn) = if ty == T::Q6_K {
+            (rows4_q6_k, wide::rows4z_q6_k)
+        } else {
+            (rows4_q4_k_gemv, wide::rows4z_q4_k_gemv)
+        };
+        let mut all = vec![avx2];
         if wide::available() {
-            all.push(wide::rows4z_q6_k);
+            all.push(avx512);
         }
         return all;
     }
