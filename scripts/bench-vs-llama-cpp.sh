@@ -8,7 +8,8 @@
 #   MODEL is smollm2, gemma3, qwen2 (the test models, fetched when missing)
 #   or a path to a .gguf file; default: all three test models.
 # The same settings can come from the environment: THREADS (default 2),
-# REPS (5), N_PROMPT (512), N_GEN (128), MODELS (space-separated).
+# REPS (5), N_PROMPT (512), N_GEN (128), MODELS (space-separated);
+# PAIRED (3) sets kestrel bench's --bw-paired rounds (0: none).
 # -p/-n take llama-bench's comma lists; 0 skips that test.
 # The table goes to stdout; progress and the tools' logs go to stderr.
 set -euo pipefail
@@ -20,8 +21,9 @@ reps="${REPS:-5}"
 n_prompt="${N_PROMPT:-512}"
 n_gen="${N_GEN:-128}"
 models="${MODELS:-smollm2 gemma3 qwen2}"
+paired="${PAIRED:-3}"
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 while getopts "t:r:p:n:h" opt; do
   case "$opt" in
     t) threads="$OPTARG" ;;
@@ -37,6 +39,7 @@ if [ $# -gt 0 ]; then models="$*"; fi
 for v in "$threads" "$reps"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "error: threads and reps must be positive integers, got '$v'" >&2; exit 1; }
 done
+[[ "$paired" =~ ^[0-9]+$ ]] || { echo "error: PAIRED must be a whole number, got '$paired'" >&2; exit 1; }
 for v in "$n_prompt" "$n_gen"; do
   [[ "$v" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: -p/-n take numbers separated by commas, got '$v'" >&2; exit 1; }
 done
@@ -84,7 +87,7 @@ for f in "${files[@]}"; do
   echo "[$i/${#files[@]}] $(basename "$f"): llama-bench" >&2
   run_json "$out/$i.llama.json" "$bin/llama-bench" "${common[@]}"
   echo "[$i/${#files[@]}] $(basename "$f"): kestrel bench" >&2
-  run_json "$out/$i.kestrel.json" "$kestrel" bench "${common[@]}"
+  run_json "$out/$i.kestrel.json" "$kestrel" bench "${common[@]}" --bw-paired "$paired"
   echo "$f" >"$out/$i.name"
 done
 
@@ -115,6 +118,10 @@ for i in range(1, count + 1):
         if k.get("decode_gbs") is not None:
             pct = k.get("decode_bw_pct")
             pct = f", {pct:.1f}% of bandwidth" if pct is not None else ""
+            paired = k.get("decode_bw_paired_pct")
+            if paired is not None:
+                n = len(k["decode_bw_paired_pcts"])
+                pct += f"; {paired:.1f}% of the probes around each run (median of {n} paired rounds)"
             notes.append(f"{name} {test}: kestrel decode reads {k['decode_gbs']:.2f} GB/s{pct}")
     bws += [k["mem_bw_gbs"] for k in kestrel.values() if k.get("mem_bw_gbs")]
 if bws:

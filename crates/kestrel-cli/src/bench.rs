@@ -30,7 +30,9 @@ use kestrel_engine::{Engine, Logits};
 use kestrel_gguf::GgufFile;
 use kestrel_sampling::XorShift;
 
-use report::{decode_weight_bytes, model_desc, test_name, ModelInfo, Report, TestResult};
+use report::{
+    decode_weight_bytes, model_desc, test_name, ModelInfo, Paired, PairedRound, Report, TestResult,
+};
 
 /// Largest thread count accepted: far above any machine this runs on, low
 /// enough that a typo cannot exhaust the process's threads.
@@ -39,6 +41,10 @@ const MAX_THREADS: usize = 1024;
 const MAX_BW_MIB: u64 = 64 * 1024;
 /// Runs of the bandwidth probe; the fastest is reported.
 const BW_RUNS: usize = 5;
+/// Probe runs on each side of a `--bw-paired` run (the best of them).
+const PAIRED_PROBE_RUNS: usize = 2;
+/// The most `--bw-paired` rounds.
+const MAX_PAIRED: usize = 1000;
 /// Seed of the token draw ("kestrel" in ASCII), fixed so repeated benchmarks
 /// feed the same ids.
 const TOKEN_SEED: u64 = 0x006b_6573_7472_656c;
@@ -91,6 +97,12 @@ pub struct BenchArgs {
     /// MiB the memory bandwidth probe reads (0 skips the probe).
     #[arg(long = "bw-mib", default_value_t = 1024)]
     bw_mib: u64,
+    /// Rounds of a paired check for each generation test on the CPU, after
+    /// the report's tests: a bandwidth probe, one more timed run, another
+    /// probe; each run's decode traffic is then taken against the probes
+    /// of the same seconds (0: none).
+    #[arg(long = "bw-paired", default_value_t = 0)]
+    bw_paired: usize,
     /// Where to run the tests: cpu, gpu, or auto (a hardware GPU if any).
     #[arg(long = "device", value_enum, default_value = "cpu")]
     device: crate::gpu::Device,
@@ -141,6 +153,15 @@ fn plan(a: &BenchArgs) -> Result<Vec<TestSpec>> {
     }
     if a.bw_mib > MAX_BW_MIB {
         bail!("--bw-mib must be at most {MAX_BW_MIB}, got {}", a.bw_mib);
+    }
+    if a.bw_paired > MAX_PAIRED {
+        bail!(
+            "--bw-paired must be at most {MAX_PAIRED}, got {}",
+            a.bw_paired
+        );
+    }
+    if a.bw_paired > 0 && a.bw_mib == 0 {
+        bail!("--bw-paired needs the bandwidth probe: --bw-mib 0 turns it off");
     }
     let tests: Vec<TestSpec> = a
         .n_prompt
@@ -222,14 +243,26 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     } else {
         None
     };
+    let model = model_info(&a.model, &engine.file);
+    let paired = if a.bw_paired > 0 && !on_gpu {
+        let probe = membw::Probe::new(a.bw_mib << 20, engine.model.threads())?;
+        tests
+            .iter()
+            .filter(|t| t.n_prompt == 0 && t.n_gen > 0)
+            .map(|t| measure_paired(&engine, &runner, *t, &a, &probe, model.decode_bytes))
+            .collect::<Result<Vec<Paired>>>()?
+    } else {
+        Vec::new()
+    };
 
     let report = Report {
-        model: model_info(&a.model, &engine.file),
+        model,
         backend,
         threads: engine.model.threads(),
         tests: results,
         bandwidth,
         peak_rss,
+        paired,
     };
     let text = match a.output {
         OutputFormat::Md => report.markdown(),
@@ -283,6 +316,50 @@ fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> R
         n_prompt: spec.n_prompt,
         n_gen: spec.n_gen,
         samples_ns,
+    })
+}
+
+/// `--bw-paired`'s rounds for one generation test (see [`Paired`]); the
+/// model is warm from the test itself.
+fn measure_paired(
+    engine: &Engine,
+    runner: &Runner,
+    spec: TestSpec,
+    a: &BenchArgs,
+    probe: &membw::Probe,
+    decode_bytes: u64,
+) -> Result<Paired> {
+    let lead = engine
+        .tokenizer
+        .bos()
+        .filter(|_| engine.tokenizer.add_bos());
+    let tokens = draw_tokens(spec.n_gen, engine.tokenizer.vocab_size(), lead);
+    let mut rounds = Vec::with_capacity(a.bw_paired);
+    for k in 0..a.bw_paired {
+        let probe_before = probe.best_of(PAIRED_PROBE_RUNS)?.gb_per_s;
+        let ns = runner.generation(&tokens)?;
+        let probe_after = probe.best_of(PAIRED_PROBE_RUNS)?.gb_per_s;
+        let round = PairedRound {
+            decode_gbs: decode_bytes as f64 * stats::tokens_per_second(spec.n_gen, ns) / 1e9,
+            probe_before,
+            probe_after,
+        };
+        if a.progress {
+            eprintln!(
+                "kestrel bench: {}: paired round {}/{}: probe {probe_before:.2} GB/s, \
+                 decode {:.2} GB/s, probe {probe_after:.2} GB/s: {:.1}%",
+                test_name(0, spec.n_gen),
+                k + 1,
+                a.bw_paired,
+                round.decode_gbs,
+                round.percent()
+            );
+        }
+        rounds.push(round);
+    }
+    Ok(Paired {
+        n_gen: spec.n_gen,
+        rounds,
     })
 }
 

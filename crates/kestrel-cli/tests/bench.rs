@@ -206,6 +206,68 @@ fn markdown_and_csv_reports() {
     assert_eq!(cell("mem_bw_gbs"), "", "probe skipped: {csv}");
 }
 
+/// `--bw-paired`: one set of rounds for the generation test only, each
+/// round's percentage positive, the median the middle one, and the
+/// markdown line that reports them.
+#[test]
+fn paired_rounds() {
+    let text = stdout_ok(&bench(&[
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "-o",
+        "json",
+        "--bw-mib",
+        "16",
+        "--bw-paired",
+        "3",
+    ]));
+    let v: Value = serde_json::from_str(&text).expect("json output");
+    let (pp, tg) = (&v[0], &v[1]);
+    assert!(
+        pp["decode_bw_paired_pct"].is_null() && pp["decode_bw_paired_pcts"].is_null(),
+        "{text}"
+    );
+    let pcts: Vec<f64> = tg["decode_bw_paired_pcts"]
+        .as_array()
+        .expect("the rounds' percentages")
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(pcts.len(), 3, "{text}");
+    assert!(pcts.iter().all(|&p| p > 0.0 && p.is_finite()), "{text}");
+    assert!(pcts.windows(2).all(|w| w[0] <= w[1]), "sorted: {text}");
+    assert_eq!(num(tg, "decode_bw_paired_pct"), pcts[1], "{text}");
+
+    let md = stdout_ok(&bench(&[
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--bw-mib",
+        "16",
+        "--bw-paired",
+        "2",
+    ]));
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("tg2: 2 paired rounds (probe, run, probe): "))
+        .unwrap_or_else(|| panic!("no paired line: {md}"));
+    assert!(
+        line.contains("% of the probes around each run (median; "),
+        "{md}"
+    );
+}
+
 #[test]
 fn bad_flags() {
     expect_error(&bench(&["--bogus"]), "--bogus");
@@ -214,6 +276,11 @@ fn bad_flags() {
     expect_error(&bench(&["-n", "-3"]), "-3");
     expect_error(&bench(&["-o", "xml"]), "xml");
     expect_error(&bench(&["-t", "0"]), "threads");
+    expect_error(
+        &bench(&["--bw-paired", "2", "--bw-mib", "0"]),
+        "--bw-paired",
+    );
+    expect_error(&bench(&["--bw-paired", "1000000"]), "--bw-paired");
     expect_error(&bench(&["-p", "0", "-n", "0"]), "nothing to benchmark");
     // SmolLM2 was trained on 8192 tokens.
     expect_error(&bench(&["-p", "100000", "-r", "1"]), "training context");

@@ -17,65 +17,84 @@ pub struct Bandwidth {
 }
 
 /// Reads a `bytes`-sized buffer with `threads` threads `runs` times and
-/// reports the fastest run. Each thread allocates and fills its own slice
-/// first, so the pages are real (a zeroed allocation would map one shared
-/// zero page and read from cache) and sit near the thread that reads them.
+/// reports the fastest run.
 pub fn read_bandwidth(bytes: u64, threads: usize, runs: usize) -> Result<Bandwidth> {
-    let threads = threads.max(1);
-    let runs = runs.max(1);
-    let words_per_thread = usize::try_from(bytes / 8 / threads as u64)
-        .map_err(|_| anyhow!("bandwidth buffer of {bytes} bytes is too large"))?
-        .max(1);
+    Probe::new(bytes, threads)?.best_of(runs)
+}
 
-    let chunks: Vec<Vec<u64>> = std::thread::scope(|s| {
-        let handles = (0..threads)
-            .map(|t| {
-                std::thread::Builder::new()
-                    .spawn_scoped(s, move || fill_chunk(words_per_thread, t as u64))
-                    .map_err(|e| anyhow!("starting a bandwidth thread: {e}"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        handles
-            .into_iter()
-            .map(|h| h.join().map_err(|_| anyhow!("a bandwidth thread failed"))?)
-            .collect::<Result<Vec<Vec<u64>>>>()
-    })?;
-    let total = (words_per_thread * threads * 8) as u64;
+/// The probe's buffer, filled once, for probes taken again and again (the
+/// paired rounds of `--bw-paired`).
+pub struct Probe {
+    chunks: Vec<Vec<u64>>,
+}
 
-    let mut best = f64::INFINITY;
-    let mut checksum = 0u64;
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let sums = std::thread::scope(|s| {
-            let handles = chunks
-                .iter()
-                .map(|c| {
+impl Probe {
+    /// Each of `threads` threads allocates and fills its own slice of
+    /// `bytes`, so the pages are real (a zeroed allocation would map one
+    /// shared zero page and read from cache) and sit near the thread that
+    /// reads them.
+    pub fn new(bytes: u64, threads: usize) -> Result<Probe> {
+        let threads = threads.max(1);
+        let words_per_thread = usize::try_from(bytes / 8 / threads as u64)
+            .map_err(|_| anyhow!("bandwidth buffer of {bytes} bytes is too large"))?
+            .max(1);
+        let chunks: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles = (0..threads)
+                .map(|t| {
                     std::thread::Builder::new()
-                        .spawn_scoped(s, move || sum_words(c))
+                        .spawn_scoped(s, move || fill_chunk(words_per_thread, t as u64))
                         .map_err(|e| anyhow!("starting a bandwidth thread: {e}"))
                 })
                 .collect::<Result<Vec<_>>>()?;
             handles
                 .into_iter()
-                .map(|h| h.join().map_err(|_| anyhow!("a bandwidth thread failed")))
-                .collect::<Result<Vec<u64>>>()
+                .map(|h| h.join().map_err(|_| anyhow!("a bandwidth thread failed"))?)
+                .collect::<Result<Vec<Vec<u64>>>>()
         })?;
-        let secs = t0.elapsed().as_secs_f64();
-        best = best.min(secs);
-        checksum = sums.iter().fold(checksum, |a, &b| a.wrapping_add(b));
+        Ok(Probe { chunks })
     }
-    // Keeps the sums observable so the reads cannot be optimized away.
-    std::hint::black_box(checksum);
-    Ok(Bandwidth {
-        bytes: total,
-        threads,
-        runs,
-        gb_per_s: if best > 0.0 {
-            total as f64 / best / 1e9
-        } else {
-            0.0
-        },
-    })
+
+    /// Reads the whole buffer, one thread a slice, `runs` times; the
+    /// fastest run.
+    pub fn best_of(&self, runs: usize) -> Result<Bandwidth> {
+        let runs = runs.max(1);
+        let total: u64 = self.chunks.iter().map(|c| c.len() as u64 * 8).sum();
+        let mut best = f64::INFINITY;
+        let mut checksum = 0u64;
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let sums = std::thread::scope(|s| {
+                let handles = self
+                    .chunks
+                    .iter()
+                    .map(|c| {
+                        std::thread::Builder::new()
+                            .spawn_scoped(s, move || sum_words(c))
+                            .map_err(|e| anyhow!("starting a bandwidth thread: {e}"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                handles
+                    .into_iter()
+                    .map(|h| h.join().map_err(|_| anyhow!("a bandwidth thread failed")))
+                    .collect::<Result<Vec<u64>>>()
+            })?;
+            let secs = t0.elapsed().as_secs_f64();
+            best = best.min(secs);
+            checksum = sums.iter().fold(checksum, |a, &b| a.wrapping_add(b));
+        }
+        // Keeps the sums observable so the reads cannot be optimized away.
+        std::hint::black_box(checksum);
+        Ok(Bandwidth {
+            bytes: total,
+            threads: self.chunks.len(),
+            runs,
+            gb_per_s: if best > 0.0 {
+                total as f64 / best / 1e9
+            } else {
+                0.0
+            },
+        })
+    }
 }
 
 fn fill_chunk(words: usize, seed: u64) -> Result<Vec<u64>> {

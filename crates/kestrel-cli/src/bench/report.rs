@@ -77,6 +77,56 @@ pub struct Report {
     pub tests: Vec<TestResult>,
     pub bandwidth: Option<Bandwidth>,
     pub peak_rss: Option<u64>,
+    /// `--bw-paired`'s rounds, one entry per generation test (or none).
+    pub paired: Vec<Paired>,
+}
+
+/// One generation test's `--bw-paired` rounds: each a probe, one more
+/// timed run, and another probe, so that each run's decode traffic meets
+/// the bandwidth of the same seconds (on a shared VM the probe moves by
+/// half within minutes, and a probe taken after all the tests may meet
+/// another minute than the runs did).
+#[derive(Clone, Debug)]
+pub struct Paired {
+    pub n_gen: usize,
+    pub rounds: Vec<PairedRound>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct PairedRound {
+    /// The run's decode traffic, 10^9 bytes per second.
+    pub decode_gbs: f64,
+    /// The probes just before and just after the run.
+    pub probe_before: f64,
+    pub probe_after: f64,
+}
+
+impl PairedRound {
+    /// The decode traffic as a percentage of the mean of the two probes.
+    pub fn percent(&self) -> f64 {
+        200.0 * self.decode_gbs / (self.probe_before + self.probe_after)
+    }
+}
+
+impl Paired {
+    /// Each round's percentage, in increasing order.
+    pub fn percents(&self) -> Vec<f64> {
+        let mut p: Vec<f64> = self.rounds.iter().map(PairedRound::percent).collect();
+        p.sort_by(f64::total_cmp);
+        p
+    }
+
+    /// The median round's percentage (the mean of the middle two for an
+    /// even count).
+    pub fn median_percent(&self) -> Option<f64> {
+        let p = self.percents();
+        let n = p.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(p[n / 2]),
+            _ => Some((p[n / 2 - 1] + p[n / 2]) / 2.0),
+        }
+    }
 }
 
 /// A value of one output field.
@@ -103,10 +153,18 @@ impl Report {
         Some(100.0 * self.decode_gb_per_s(t)? / bw.gb_per_s)
     }
 
+    /// The paired rounds of test `t`, if it had any.
+    fn paired_for(&self, t: &TestResult) -> Option<&Paired> {
+        self.paired
+            .iter()
+            .find(|p| t.is_decode() && p.n_gen == t.n_gen)
+    }
+
     /// The fields of one test's record, in output order; JSON and CSV both use them.
     fn fields(&self, t: &TestResult) -> Vec<(&'static str, Field)> {
         use Field::*;
         let opt = |v: Option<f64>| v.map_or(Null, Float);
+        let paired = self.paired_for(t);
         vec![
             ("model_filename", Str(self.model.filename.clone())),
             ("model_type", Str(self.model.desc.clone())),
@@ -133,6 +191,14 @@ impl Report {
                 self.bandwidth.as_ref().map_or(Null, |b| Int(b.bytes)),
             ),
             ("peak_rss_bytes", self.peak_rss.map_or(Null, Int)),
+            (
+                "decode_bw_paired_pct",
+                opt(paired.and_then(Paired::median_percent)),
+            ),
+            (
+                "decode_bw_paired_pcts",
+                paired.map_or(Null, |p| Floats(p.percents())),
+            ),
             ("samples_ns", Ints(t.samples_ns.clone())),
             ("samples_ts", Floats(t.samples_ts())),
         ]
@@ -250,6 +316,33 @@ impl Report {
                 out.push_str(&format!(", {pct:.1}% of the measured bandwidth"));
             }
             out.push('\n');
+            if let (Some(p), Some(median)) = (
+                self.paired_for(t),
+                self.paired_for(t).and_then(Paired::median_percent),
+            ) {
+                let pct = p.percents();
+                let range = |v: &mut dyn Iterator<Item = f64>| {
+                    let v: Vec<f64> = v.collect();
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    format!("{lo:.2}-{hi:.2}")
+                };
+                out.push_str(&format!(
+                    "{}: {} paired rounds (probe, run, probe): {median:.1}% of the probes \
+                     around each run (median; {:.1}-{:.1}%), decode {} GB/s, probes {} GB/s\n",
+                    t.name(),
+                    p.rounds.len(),
+                    pct[0],
+                    pct[pct.len() - 1],
+                    range(&mut p.rounds.iter().map(|r| r.decode_gbs)),
+                    range(
+                        &mut p
+                            .rounds
+                            .iter()
+                            .flat_map(|r| [r.probe_before, r.probe_after])
+                    ),
+                ));
+            }
         }
         match self.peak_rss {
             Some(b) => out.push_str(&format!("peak RSS: {}\n", format_size(b))),
@@ -476,6 +569,7 @@ mod tests {
                 gb_per_s: 256.0,
             }),
             peak_rss: Some(150 << 20),
+            paired: Vec::new(),
         }
     }
 
@@ -512,6 +606,53 @@ mod tests {
         // Every table line has the same width in characters.
         let w = lines[0].chars().count();
         assert!(lines[..4].iter().all(|l| l.chars().count() == w), "{md}");
+    }
+
+    #[test]
+    fn paired_rounds() {
+        let round = |decode_gbs, probe_before, probe_after| PairedRound {
+            decode_gbs,
+            probe_before,
+            probe_after,
+        };
+        let mut r = report();
+        r.paired = vec![Paired {
+            n_gen: 128,
+            rounds: vec![
+                round(30.0, 40.0, 20.0), // 100%
+                round(20.0, 50.0, 30.0), // 50%
+                round(36.0, 40.0, 40.0), // 90%
+                round(35.0, 50.0, 50.0), // 70%
+            ],
+        }];
+        let p = &r.paired[0];
+        assert_eq!(p.percents(), [50.0, 70.0, 90.0, 100.0]);
+        assert_eq!(p.median_percent(), Some(80.0));
+        r.paired[0].rounds.pop();
+        assert_eq!(r.paired[0].median_percent(), Some(90.0));
+        let md = r.markdown();
+        assert!(
+            md.contains(
+                "tg128: 3 paired rounds (probe, run, probe): 90.0% of the probes around \
+                 each run (median; 50.0-100.0%), decode 20.00-36.00 GB/s, probes \
+                 20.00-50.00 GB/s\n"
+            ),
+            "{md}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert!(v[0]["decode_bw_paired_pct"].is_null(), "pp has no rounds");
+        assert_eq!(v[1]["decode_bw_paired_pct"], 90.0);
+        assert_eq!(v[1]["decode_bw_paired_pcts"][0], 50.0);
+        // A report without rounds prints no paired line.
+        assert!(!report().markdown().contains("paired"));
+        assert_eq!(
+            Paired {
+                n_gen: 1,
+                rounds: Vec::new()
+            }
+            .median_percent(),
+            None
+        );
     }
 
     #[test]
