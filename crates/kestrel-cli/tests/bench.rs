@@ -34,6 +34,11 @@ fn bench(flags: &[&str]) -> Output {
         .expect("kestrel runs")
 }
 
+/// `bench` with its flags written as one line.
+fn bench_line(flags: &str) -> Output {
+    bench(&flags.split_whitespace().collect::<Vec<_>>())
+}
+
 fn stdout_ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -211,22 +216,9 @@ fn markdown_and_csv_reports() {
 /// markdown line that reports them.
 #[test]
 fn paired_rounds() {
-    let text = stdout_ok(&bench(&[
-        "-p",
-        "4",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "-t",
-        "1",
-        "-o",
-        "json",
-        "--bw-mib",
-        "16",
-        "--bw-paired",
-        "3",
-    ]));
+    let text = stdout_ok(&bench_line(
+        "-p 4 -n 2 -r 1 -t 1 -o json --bw-mib 16 --bw-paired 3",
+    ));
     let v: Value = serde_json::from_str(&text).expect("json output");
     let (pp, tg) = (&v[0], &v[1]);
     assert!(
@@ -244,20 +236,7 @@ fn paired_rounds() {
     assert!(pcts.windows(2).all(|w| w[0] <= w[1]), "sorted: {text}");
     assert_eq!(num(tg, "decode_bw_paired_pct"), pcts[1], "{text}");
 
-    let md = stdout_ok(&bench(&[
-        "-p",
-        "0",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "-t",
-        "1",
-        "--bw-mib",
-        "16",
-        "--bw-paired",
-        "2",
-    ]));
+    let md = stdout_ok(&bench_line("-p 0 -n 2 -r 1 -t 1 --bw-mib 16 --bw-paired 2"));
     let line = md
         .lines()
         .find(|l| l.starts_with("tg2: 2 paired rounds (probe, run, probe): "))

@@ -84,7 +84,7 @@ pub struct Report {
 /// One generation test's `--bw-paired` rounds: each a probe, one more
 /// timed run, and another probe, so that each run's decode traffic meets
 /// the bandwidth of the same seconds (on a shared VM the probe moves by
-/// half within minutes, and a probe taken after all the tests may meet
+/// half within seconds, and a probe taken after all the tests may meet
 /// another minute than the runs did).
 #[derive(Clone, Debug)]
 pub struct Paired {
