@@ -499,6 +499,7 @@ mod tests {
             DotPath::Tiled,
         ];
         let mut checked4 = 0;
+        let mut gemm4 = 0;
         let mut unpacked8 = 0;
         let mut unpacked16 = 0;
         let mut checked2 = 0;
@@ -624,6 +625,16 @@ mod tests {
                                 path_dot!(path, ty, plain).unwrap_or(PORTABLE[i].vec_dot)(n, &w, r);
                             assert_eq!(one.to_bits(), got.to_bits(), "{ty} {path:?} x4 n={n}");
                         }
+                        // Every build, where a path has several.
+                        for (k, f) in x86::gemm4_builds(path, ty).into_iter().enumerate() {
+                            let got = f(&w, [&a, &rows[0], &rows[1], &rows[2]], &[]);
+                            assert_eq!(
+                                got.map(f32::to_bits),
+                                four.map(f32::to_bits),
+                                "{ty} {path:?} x4 build #{k} n={n}"
+                            );
+                            gemm4 += 1;
+                        }
                         checked4 += 1;
                     }
                     if let Some(f2) = x86::rows2_dot(path, ty) {
@@ -654,6 +665,12 @@ mod tests {
             }
         }
         assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
+        let q4k_builds = if x86::wide::available() { 2 } else { 1 };
+        assert_eq!(
+            gemm4,
+            q4k_builds * 3,
+            "Q4_K's four-token builds, three lengths"
+        );
         // Q8_0 has an unpacked kernel only in the AVX-512 build.
         let q8_0_wide = if x86::wide::available() { 3 } else { 0 };
         assert_eq!(

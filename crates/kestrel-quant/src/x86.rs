@@ -93,6 +93,7 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1), Some(AVX2_Q4_1)),
         (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0), Some(AVX2_Q5_0)),
         (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
+        (DotPath::RepackGemm, T::Q4_K) if wide => (wide::dot4_q4_k_gemm, prepare_none, None, None),
         (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
@@ -411,6 +412,19 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
         all.push(wide);
     }
     all
+}
+
+/// Every build of the packed four-token kernel of a K-quant path that has
+/// more than one (AVX2's; AVX-512's where detected), for the tests.
+#[cfg(test)]
+pub(crate) fn gemm4_builds(path: DotPath, ty: T) -> Vec<crate::VecDot4Fn> {
+    match (path, ty) {
+        (DotPath::RepackGemm, T::Q4_K) if wide::available() => {
+            vec![dot4_q4_k_gemm, wide::dot4_q4_k_gemm]
+        }
+        (DotPath::RepackGemm, T::Q4_K) => vec![dot4_q4_k_gemm],
+        _ => Vec::new(),
+    }
 }
 
 /// Every build of the four-row decode kernel for `ty` this CPU runs
