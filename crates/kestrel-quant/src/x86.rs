@@ -1721,6 +1721,65 @@ fn q8k_d4(a: [&[u8]; 4], i: usize) -> __m128 {
     }
 }
 
+/// Block `i` of a Q4_K row against four Q8_K rows, as both four-token
+/// kernels begin it: the four activation blocks, the packed sub-block
+/// scales, d x da and dmin x da per row, and the min sums per pair of
+/// sub-blocks (vector p for pair p, the rows in its lanes; exact).
+pub(crate) struct Q4kGemmBlock<'a> {
+    pub(crate) rows: [&'a [u8]; 4],
+    pub(crate) sc: u64,
+    pub(crate) scale_d: __m128,
+    pub(crate) scale_min: __m128,
+    pub(crate) min_sums: [__m128i; 4],
+}
+
+/// See [`Q4kGemmBlock`]; `bw` is the weight block `i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4k_gemm_block<'a>(bw: &[u8], a: [&'a [u8]; 4], i: usize) -> Q4kGemmBlock<'a> {
+    let (sc, m) = q4k_scale_min(bw);
+    let rows = [
+        &a[0][i * Q8K..(i + 1) * Q8K],
+        &a[1][i * Q8K..(i + 1) * Q8K],
+        &a[2][i * Q8K..(i + 1) * Q8K],
+        &a[3][i * Q8K..(i + 1) * Q8K],
+    ];
+    let (d, dmin) = f16x2_at(bw, 0);
+    let da = q8k_d4(a, i);
+    Q4kGemmBlock {
+        rows,
+        sc,
+        scale_d: _mm_mul_ps(_mm_set1_ps(d), da),
+        scale_min: _mm_mul_ps(_mm_set1_ps(dmin), da),
+        min_sums: unsafe { q4k_pair_min_sums(rows, m) },
+    }
+}
+
+/// The min sums of [`Q4kGemmBlock`]: after the two hadds, even = [p0 |
+/// p2] and odd = [p1 | p3] for rows 0..4.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_pair_min_sums(rows: [&[u8]; 4], m: u64) -> [__m128i; 4] {
+    let mins = runs_of_sub_blocks(m);
+    let m = rows.map(|ba| unsafe { bsum_lanes(ba, mins) });
+    let x = _mm256_hadd_epi32(m[0], m[1]);
+    let y = _mm256_hadd_epi32(m[2], m[3]);
+    let even = _mm256_castps_si256(_mm256_shuffle_ps::<0x88>(
+        _mm256_castsi256_ps(x),
+        _mm256_castsi256_ps(y),
+    ));
+    let odd = _mm256_castps_si256(_mm256_shuffle_ps::<0xdd>(
+        _mm256_castsi256_ps(x),
+        _mm256_castsi256_ps(y),
+    ));
+    [
+        _mm256_castsi256_si128(even),
+        _mm256_castsi256_si128(odd),
+        _mm256_extracti128_si256::<1>(even),
+        _mm256_extracti128_si256::<1>(odd),
+    ]
+}
+
 /// `q4_k_gemm` for four rows: the integer sums of each pair of sub-blocks
 /// are reduced for all four rows together, and its two FMAs run lane-wise
 /// (lane t = row t), in the same order per row.
@@ -1730,53 +1789,23 @@ unsafe fn q4_k_gemm_x4(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
     assert!(a.iter().all(|r| r.len() >= blocks * Q8K), "activation rows");
     let (mut acc, mut acc_min) = (_mm_setzero_ps(), _mm_setzero_ps());
     for (i, bw) in w.chunks_exact(Q4K).enumerate() {
-        let (sc, m) = q4k_scale_min(bw);
-        let rows = [
-            &a[0][i * Q8K..(i + 1) * Q8K],
-            &a[1][i * Q8K..(i + 1) * Q8K],
-            &a[2][i * Q8K..(i + 1) * Q8K],
-            &a[3][i * Q8K..(i + 1) * Q8K],
-        ];
-        let (d, dmin) = f16x2_at(bw, 0);
-        let da = q8k_d4(a, i);
-        let scale_d = _mm_mul_ps(_mm_set1_ps(d), da);
-        let scale_min = _mm_mul_ps(_mm_set1_ps(dmin), da);
-        // Min sums per pair of sub-blocks, rows in lanes: after the two
-        // hadds, even = [p0 | p2] and odd = [p1 | p3] for rows 0..4.
-        let mins = runs_of_sub_blocks(m);
-        let m = rows.map(|ba| unsafe { bsum_lanes(ba, mins) });
-        let x = _mm256_hadd_epi32(m[0], m[1]);
-        let y = _mm256_hadd_epi32(m[2], m[3]);
-        let even = _mm256_castps_si256(_mm256_shuffle_ps::<0x88>(
-            _mm256_castsi256_ps(x),
-            _mm256_castsi256_ps(y),
-        ));
-        let odd = _mm256_castps_si256(_mm256_shuffle_ps::<0xdd>(
-            _mm256_castsi256_ps(x),
-            _mm256_castsi256_ps(y),
-        ));
-        let min_sums = [
-            _mm256_castsi256_si128(even),
-            _mm256_castsi256_si128(odd),
-            _mm256_extracti128_si256::<1>(even),
-            _mm256_extracti128_si256::<1>(odd),
-        ];
-        let scales = bytes_i16_both_lanes(sc);
-        for (p, min_sum) in min_sums.into_iter().enumerate() {
+        let blk = unsafe { q4k_gemm_block(bw, a, i) };
+        let scales = bytes_i16_both_lanes(blk.sc);
+        for (p, min_sum) in blk.min_sums.into_iter().enumerate() {
             let raw = unsafe { load32(bw, 16 + 32 * p) };
             let lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
             let s_lo = splat_i16(scales, 2 * p);
             let s_hi = splat_i16(scales, 2 * p + 1);
-            let lanes = rows.map(|ba| unsafe {
+            let lanes = blk.rows.map(|ba| unsafe {
                 _mm256_add_epi32(
                     lanes_scaled(lo, load32(ba, Q8K_QS + 64 * p), s_lo),
                     lanes_scaled(hi, load32(ba, Q8K_QS + 64 * p + 32), s_hi),
                 )
             });
             let sums = _mm_cvtepi32_ps(hsum4_epi32(lanes));
-            acc = _mm_fmadd_ps(sums, scale_d, acc);
-            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), scale_min, acc_min);
+            acc = _mm_fmadd_ps(sums, blk.scale_d, acc);
+            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), blk.scale_min, acc_min);
         }
     }
     let mut out = [0f32; 4];

@@ -999,6 +999,25 @@ pub(crate) fn rows4z_q6_k(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     unsafe { q6_k_rows4(rows, a) }
 }
 
+/// A Q8_K block's quants as the Q4_K kernels here pair them with a
+/// register of weight quants: sub-blocks (0, 2), (1, 3), (4, 6), (5, 7),
+/// one 256-bit half each. The caller enables AVX-512.
+#[inline(always)]
+unsafe fn q8k_sub_block_pairs(ba: &[u8]) -> [__m512i; 4] {
+    assert!(ba.len() >= super::Q8K, "Q8_K block");
+    // SAFETY: 256 quants from Q8K_QS are within the block (checked).
+    unsafe {
+        let qa = ba.as_ptr().add(super::Q8K_QS);
+        let two = |x: usize, y: usize| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(qa.add(x) as *const __m256i)),
+                _mm256_loadu_si256(qa.add(y) as *const __m256i),
+            )
+        };
+        [two(0, 64), two(32, 96), two(128, 192), two(160, 224)]
+    }
+}
+
 /// Byte-shuffle masks for [`q4_k_gemv_rows4`]'s per-lane scale word
 /// (bytes 0..4: scales 4..8, 4..8: scales 0..4, 8..16: mins 0..8): the
 /// four sub-block pairs' scale vectors (i16, zero-extended; the low 256
@@ -1049,7 +1068,7 @@ const Q4K_PREFETCH: usize = 16;
 /// fused adds: each lane is one row's scalar step, so the same bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q4_k_gemv_rows4(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-    use super::{prefetch_block, q8k_d, Q4K, Q8K, Q8K_BSUMS, Q8K_QS};
+    use super::{prefetch_block, q8k_d, Q4K, Q8K, Q8K_BSUMS};
     let blocks = a.len() / Q8K;
     assert!(rows.iter().all(|r| r.len() >= blocks * Q4K), "weight rows");
     let load64 = |m: &[u8; 64]| {
@@ -1092,15 +1111,7 @@ unsafe fn q4_k_gemv_rows4(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
         // 144 bytes (checked above, i < blocks): d, dmin and the scales in
         // 0..16, the quants in 16..144. AVX2 and AVX-512 are enabled here.
         unsafe {
-            let qa = ba.as_ptr().add(Q8K_QS);
-            let two = |x: usize, y: usize| {
-                _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(qa.add(x) as *const __m256i)),
-                    _mm256_loadu_si256(qa.add(y) as *const __m256i),
-                )
-            };
-            // Sub-blocks (0, 2), (1, 3), (4, 6), (5, 7) of the activations.
-            let act = [two(0, 64), two(32, 96), two(128, 192), two(160, 224)];
+            let act = q8k_sub_block_pairs(ba);
             // The eight sub-block sums as i16 in every 128-bit lane.
             let bs = _mm256_madd_epi16(
                 _mm256_loadu_si256(ba.as_ptr().add(Q8K_BSUMS) as *const __m256i),
@@ -1238,9 +1249,7 @@ static Q4K_GEMM_MASKS: [[u8; 64]; 4] = q4k_gemm_masks();
 /// operations a block bound it, as the decode kernels on this core.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    use super::{
-        bsum_lanes, f16x2_at, q4k_scale_min, q8k_d4, runs_of_sub_blocks, Q4K, Q8K, Q8K_QS,
-    };
+    use super::{q4k_gemm_block, Q4K, Q8K};
     let blocks = w.len() / Q4K;
     assert!(a.iter().all(|r| r.len() >= blocks * Q8K), "activation rows");
     // SAFETY: each mask holds 64 bytes.
@@ -1250,42 +1259,13 @@ unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     let m4 = _mm512_set1_epi8(0x0f);
     let (mut acc, mut acc_min) = (_mm_setzero_ps(), _mm_setzero_ps());
     for (i, bw) in w.chunks_exact(Q4K).enumerate() {
-        let (sc, m) = q4k_scale_min(bw);
-        let rows = [
-            &a[0][i * Q8K..(i + 1) * Q8K],
-            &a[1][i * Q8K..(i + 1) * Q8K],
-            &a[2][i * Q8K..(i + 1) * Q8K],
-            &a[3][i * Q8K..(i + 1) * Q8K],
-        ];
-        let (d, dmin) = f16x2_at(bw, 0);
-        let da = q8k_d4(a, i);
-        let scale_d = _mm_mul_ps(_mm_set1_ps(d), da);
-        let scale_min = _mm_mul_ps(_mm_set1_ps(dmin), da);
+        let blk = unsafe { q4k_gemm_block(bw, a, i) };
         // SAFETY (all raw reads below): the weight block is whole (144
         // bytes: quants at 16..144) and each Q8_K block holds 256 quants
         // from Q8K_QS (sliced above); AVX2 and AVX-512 are enabled here.
         unsafe {
-            // The min sums per pair of sub-blocks, tokens in lanes, as the
-            // AVX2 kernel forms them (exact).
-            let mins = runs_of_sub_blocks(m);
-            let ml = rows.map(|ba| bsum_lanes(ba, mins));
-            let x = _mm256_hadd_epi32(ml[0], ml[1]);
-            let y = _mm256_hadd_epi32(ml[2], ml[3]);
-            let even = _mm256_castps_si256(_mm256_shuffle_ps::<0x88>(
-                _mm256_castsi256_ps(x),
-                _mm256_castsi256_ps(y),
-            ));
-            let odd = _mm256_castps_si256(_mm256_shuffle_ps::<0xdd>(
-                _mm256_castsi256_ps(x),
-                _mm256_castsi256_ps(y),
-            ));
-            let min_sums = [
-                _mm256_castsi256_si128(even),
-                _mm256_castsi256_si128(odd),
-                _mm256_extracti128_si256::<1>(even),
-                _mm256_extracti128_si256::<1>(odd),
-            ];
-            let scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let scales =
+                _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(blk.sc as i64)));
             let sv = masks.map(|k| _mm512_shuffle_epi8(scales, k));
             let q01 = _mm512_loadu_si512(bw.as_ptr().add(16) as *const __m512i);
             let q23 = _mm512_loadu_si512(bw.as_ptr().add(80) as *const __m512i);
@@ -1298,15 +1278,8 @@ unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
             ];
             // Per token: 128-bit lane p holds pair p's partial lane sums.
             let mut per_token = [_mm512_setzero_si512(); 4];
-            for (t, ba) in rows.iter().enumerate() {
-                let qa = ba.as_ptr().add(Q8K_QS);
-                let two = |x: usize, y: usize| {
-                    _mm512_inserti64x4::<1>(
-                        _mm512_castsi256_si512(_mm256_loadu_si256(qa.add(x) as *const __m256i)),
-                        _mm256_loadu_si256(qa.add(y) as *const __m256i),
-                    )
-                };
-                let act = [two(0, 64), two(32, 96), two(128, 192), two(160, 224)];
+            for (t, ba) in blk.rows.iter().enumerate() {
+                let act = q8k_sub_block_pairs(ba);
                 let half = |k: usize| {
                     _mm512_dpwssd_epi32(
                         _mm512_dpwssd_epi32(
@@ -1341,9 +1314,9 @@ unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                 _mm512_extractf32x4_ps::<2>(sums),
                 _mm512_extractf32x4_ps::<3>(sums),
             ];
-            for (s, min_sum) in pair.into_iter().zip(min_sums) {
-                acc = _mm_fmadd_ps(s, scale_d, acc);
-                acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), scale_min, acc_min);
+            for (s, min_sum) in pair.into_iter().zip(blk.min_sums) {
+                acc = _mm_fmadd_ps(s, blk.scale_d, acc);
+                acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), blk.scale_min, acc_min);
             }
         }
     }
