@@ -96,7 +96,8 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
         "model: {} | threads: {threads} | {}",
         a.model.display(),
         if kestrel_quant::avx512_in_use() {
-            "AVX2 kernels (AVX-VNNI lane sums; AVX-512 prompt kernels for Q4_1/Q5_0/Q8_0)"
+            "AVX2 kernels (AVX-VNNI lane sums; AVX-512 for Q4_1/Q5_0/Q8_0 prompts and \
+             batches, Q4_1/Q5_0/Q4_K/Q6_K decode, Q4_K prompts)"
         } else if kestrel_quant::vnni_in_use() {
             "AVX2 kernels (AVX-VNNI lane sums)"
         } else if kestrel_quant::avx2_in_use() {
