@@ -273,14 +273,20 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs one test: the warm-up, then the timed repetitions.
-fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> Result<TestResult> {
-    let len = spec.n_prompt + spec.n_gen;
+/// A test's `len` token ids: the seeded draw, after BOS where the model
+/// adds one.
+fn test_tokens(engine: &Engine, len: usize) -> Vec<u32> {
     let lead = engine
         .tokenizer
         .bos()
         .filter(|_| engine.tokenizer.add_bos());
-    let tokens = draw_tokens(len, engine.tokenizer.vocab_size(), lead);
+    draw_tokens(len, engine.tokenizer.vocab_size(), lead)
+}
+
+/// Runs one test: the warm-up, then the timed repetitions.
+fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> Result<TestResult> {
+    let len = spec.n_prompt + spec.n_gen;
+    let tokens = test_tokens(engine, len);
     let name = test_name(spec.n_prompt, spec.n_gen);
     if !a.no_warmup {
         if a.progress {
@@ -329,11 +335,7 @@ fn measure_paired(
     probe: &membw::Probe,
     decode_bytes: u64,
 ) -> Result<Paired> {
-    let lead = engine
-        .tokenizer
-        .bos()
-        .filter(|_| engine.tokenizer.add_bos());
-    let tokens = draw_tokens(spec.n_gen, engine.tokenizer.vocab_size(), lead);
+    let tokens = test_tokens(engine, spec.n_gen);
     let mut rounds = Vec::with_capacity(a.bw_paired);
     for k in 0..a.bw_paired {
         let probe_before = probe.best_of(PAIRED_PROBE_RUNS)?.gb_per_s;

@@ -420,7 +420,11 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         }
         for pt0 in (0..n_rows).step_by(ROW_TILE) {
             let tile = (pt0..(pt0 + ROW_TILE).min(n_rows)).map(row_at);
-            let tile_rows: Vec<usize> = tile.clone().collect();
+            let mut tile_rows = [0usize; ROW_TILE];
+            let n_tile = tile.len();
+            for (slot, r) in tile_rows.iter_mut().zip(tile.clone()) {
+                *slot = r;
+            }
             // Where several eight-row passes cross the row tile, its rows
             // are unpacked once for all of them (Q5_0's fifth bits cost as
             // much as a token's products).
@@ -448,7 +452,7 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                             }
                             // Two rows a call where the build can: each
                             // activation load then serves both.
-                            let rows = &tile_rows[..];
+                            let rows = &tile_rows[..n_tile];
                             let mut k0 = 0;
                             if let Some(dot16) = u.dot16 {
                                 while k0 + 2 <= rows.len() {
@@ -466,10 +470,7 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                         }
                         _ => {
                             for r in tile.clone() {
-                                let v8 = dot8(row(r), p0, p1);
-                                for (k, v) in v8.into_iter().enumerate().take(real) {
-                                    out.put(t + k, r, v);
-                                }
+                                out.put_tokens(t, r, &dot8(row(r), p0, p1)[..real]);
                             }
                         }
                     }

@@ -119,14 +119,27 @@ impl Paired {
     /// The median round's percentage (the mean of the middle two for an
     /// even count).
     pub fn median_percent(&self) -> Option<f64> {
-        let p = self.percents();
-        let n = p.len();
-        match n {
-            0 => None,
-            _ if n % 2 == 1 => Some(p[n / 2]),
-            _ => Some((p[n / 2 - 1] + p[n / 2]) / 2.0),
-        }
+        median(&self.percents())
     }
+}
+
+/// The middle value of increasing `v` (the mean of the middle two for an
+/// even count).
+fn median(v: &[f64]) -> Option<f64> {
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// `lo-hi` of the values, two decimals.
+fn span(v: impl Iterator<Item = f64>) -> String {
+    let (lo, hi) = v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    format!("{lo:.2}-{hi:.2}")
 }
 
 /// A value of one output field.
@@ -316,33 +329,27 @@ impl Report {
                 out.push_str(&format!(", {pct:.1}% of the measured bandwidth"));
             }
             out.push('\n');
-            if let (Some(p), Some(median)) = (
-                self.paired_for(t),
-                self.paired_for(t).and_then(Paired::median_percent),
-            ) {
-                let pct = p.percents();
-                let range = |v: &mut dyn Iterator<Item = f64>| {
-                    let v: Vec<f64> = v.collect();
-                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    format!("{lo:.2}-{hi:.2}")
-                };
-                out.push_str(&format!(
-                    "{}: {} paired rounds (probe, run, probe): {median:.1}% of the probes \
-                     around each run (median; {:.1}-{:.1}%), decode {} GB/s, probes {} GB/s\n",
-                    t.name(),
-                    p.rounds.len(),
-                    pct[0],
-                    pct[pct.len() - 1],
-                    range(&mut p.rounds.iter().map(|r| r.decode_gbs)),
-                    range(
-                        &mut p
-                            .rounds
-                            .iter()
-                            .flat_map(|r| [r.probe_before, r.probe_after])
-                    ),
-                ));
-            }
+            let Some(p) = self.paired_for(t) else {
+                continue;
+            };
+            let pct = p.percents();
+            let Some(median) = median(&pct) else {
+                continue;
+            };
+            out.push_str(&format!(
+                "{}: {} paired rounds (probe, run, probe): {median:.1}% of the probes \
+                 around each run (median; {:.1}-{:.1}%), decode {} GB/s, probes {} GB/s\n",
+                t.name(),
+                p.rounds.len(),
+                pct[0],
+                pct[pct.len() - 1],
+                span(p.rounds.iter().map(|r| r.decode_gbs)),
+                span(
+                    p.rounds
+                        .iter()
+                        .flat_map(|r| [r.probe_before, r.probe_after])
+                ),
+            ));
         }
         match self.peak_rss {
             Some(b) => out.push_str(&format!("peak RSS: {}\n", format_size(b))),
