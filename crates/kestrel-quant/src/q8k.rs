@@ -50,17 +50,32 @@ pub(crate) fn bsum(block: &[u8], j: usize) -> i32 {
     i32::from(i16::from_le_bytes([block[at], block[at + 1]]))
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BLOCK)) {
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
+        // The largest magnitude (NaNs never taken), as eight running lane
+        // maxima that vectorize, then the first element that has it: the
+        // element the reference's sequential scan keeps. That scan, one
+        // compare-and-branch per element, was most of the quantizer's time
+        // (4864 values: 3.6 us, a down product's input in Qwen2.5).
+        let mut lanes = [0.0f32; 8];
+        for c in x.chunks_exact(8) {
+            for (m, &v) in lanes.iter_mut().zip(c) {
+                let a = v.abs();
+                *m = if a > *m { a } else { *m };
             }
         }
+        let amax = lanes.iter().fold(0.0f32, |m, &a| if a > m { a } else { m });
+        // Eight at a time, without stopping early inside a chunk, and on
+        // the bits (the same test, amax being positive and no NaN), so the
+        // test vectorizes too.
+        let bits = amax.to_bits();
+        let is_max = |v: &f32| v.abs().to_bits() == bits;
+        let max = x
+            .chunks_exact(8)
+            .find(|c| c.iter().fold(false, |f, v| f | is_max(v)))
+            .and_then(|c| c.iter().copied().find(is_max))
+            .unwrap_or(0.0);
         if amax == 0.0 {
             b.fill(0);
             continue;
@@ -113,6 +128,56 @@ mod tests {
         ] {
             assert_eq!(nearest_int(x), want, "{x}");
             assert_eq!(nearest_int(x) as f32, x.round_ties_even());
+        }
+    }
+
+    /// The reference's scan: the first element whose magnitude beats all
+    /// before it.
+    fn scanned_max(x: &[f32]) -> f32 {
+        let (mut max, mut amax) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        max
+    }
+
+    #[test]
+    fn scale_follows_the_reference_scan_on_ties_and_nans() {
+        let mut st = 0x9e37_79b9u32;
+        let mut rnd = || {
+            st ^= st << 13;
+            st ^= st >> 17;
+            st ^= st << 5;
+            st
+        };
+        for case in 0..400 {
+            let mut x: Vec<f32> = (0..QK_K)
+                .map(|_| (rnd() % 2001) as f32 / 100.0 - 10.0)
+                .collect();
+            // The largest magnitude twice, signs differing: the first wins.
+            let (i, j) = (rnd() as usize % QK_K, rnd() as usize % QK_K);
+            let m = 10.5 + (case % 7) as f32;
+            x[i] = if case % 2 == 0 { m } else { -m };
+            x[j] = -x[i];
+            if case % 5 == 0 {
+                x[rnd() as usize % QK_K] = f32::NAN;
+            }
+            if case % 11 == 0 {
+                x.iter_mut().for_each(|v| *v = 0.0);
+                x[rnd() as usize % QK_K] = -0.0;
+            }
+            let want = scanned_max(&x);
+            let mut b = vec![0u8; BLOCK];
+            quantize_q8_k(&x, &mut b);
+            let want_d = if want == 0.0 {
+                0.0
+            } else {
+                1.0 / (-127.0 / want)
+            };
+            assert_eq!(d(&b).to_bits(), want_d.to_bits(), "case {case}: max {want}");
         }
     }
 
