@@ -2,7 +2,7 @@
 //! token each at context CTX (SmolLM2's heads: 9 query, 3 KV, 64 wide),
 //! over LAYERS separate caches taken in turn (1: cache-resident; 30: a
 //! step's worth, from memory), on THREADS threads (2).
-//! usage: CTX=126 K=4 LAYERS=30 THREADS=2 cargo run --release -p kestrel-cpu --example abench
+//! usage: CTX=126 K=4 LAYERS=30 THREADS=2 REPS=3000 cargo run --release -p kestrel-cpu --example abench
 use kestrel_cpu::attention::{attend_batch, AttnItem, AttnShape};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -44,7 +44,7 @@ fn main() {
         .map(|_| (0..k).map(|_| (cache(), cache())).collect())
         .collect();
     let q: Vec<f32> = (0..nh * d).map(|i| (i % 7) as f32 * 0.1).collect();
-    let reps = (3000 / layers).max(1) * layers;
+    let reps = (env("REPS", 3000) / layers).max(1) * layers;
     // FLUSH: KiB of another buffer read before each call, as a step's
     // weight products evict the cache between its layers' attention.
     let flush = env("FLUSH", 0) * 128;
