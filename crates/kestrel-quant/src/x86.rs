@@ -2068,11 +2068,7 @@ unsafe fn quantize_q8(src: &[f32], dst: &mut [u8], with_sum: bool) {
             if with_sum {
                 let s =
                     _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-                // Integer lanes: any order gives the same sum.
-                let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-                let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-                let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b01>(s2));
-                let sum = _mm_cvtsi128_si32(s1);
+                let sum = hsum_epi32(s);
                 b[2..4].copy_from_slice(&f16_bits(d * sum as f32).to_le_bytes());
             }
             let packed = _mm256_packs_epi16(
