@@ -3,7 +3,7 @@
 //! 128-token prompt batch through Qwen2.5-0.5B-shaped Q5_0/Q4_1 matrices.
 //! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS] [prefill]
 //! (prefill: ROWS and COLS set one shape instead, NTOK the batch, REPS the
-//! repetitions)
+//! repetitions, TYPES the formats)
 
 use std::time::Instant;
 
@@ -65,7 +65,24 @@ fn prefill(pool: &rayon::ThreadPool) {
         (Some(r), Some(c)) => vec![(r, c)],
         _ => vec![(4864usize, 896usize), (896, 4864)],
     };
-    for ty in [GgmlType::Q5_0, GgmlType::Q4_1] {
+    // TYPES (names as GGUF prints them, comma-separated) picks the formats.
+    let all = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+    let types: Vec<GgmlType> = match std::env::var("TYPES") {
+        Ok(t) => t
+            .split(',')
+            .map(|n| *all.iter().find(|ty| ty.name() == n).expect("TYPES"))
+            .collect(),
+        Err(_) => vec![GgmlType::Q5_0, GgmlType::Q4_1],
+    };
+    for ty in types {
         for &(rows, cols) in &shapes {
             let mut s = 7u32;
             let mut rnd = move || {

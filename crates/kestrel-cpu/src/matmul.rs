@@ -359,7 +359,9 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         let mut g = 0;
         while g < groups.len() {
             let (t, four, _) = groups[g];
-            let pairs = four.dot8.is_some() && !by_rows4[g];
+            // (A format may have only the unpacked eight-row kernel.)
+            let pairs =
+                !by_rows4[g] && (four.dot8.is_some() || (unpack_tile && four.unpacked.is_some()));
             if pairs && groups.get(g + 1).is_some_and(|&(t2, ..)| t2 == t + 4) && !by_rows4[g + 1] {
                 paired[g] = true;
                 paired[g + 1] = true;
@@ -456,11 +458,11 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                 let (t, four, real) = groups[g];
                 // Two consecutive groups of one run share each unpacked
                 // weight block where the kernel takes eight rows.
-                if let (true, Some(dot8)) = (paired[g], four.dot8) {
+                if paired[g] {
                     let (p0, p1) = (&prepared[g], &prepared[g + 1]);
                     let real = 4 + groups[g + 1].2;
-                    match four.unpacked {
-                        Some(u) if unpack_tile => {
+                    match (four.unpacked, four.dot8) {
+                        (Some(u), _) if unpack_tile => {
                             if !tile_unpacked {
                                 unpacked.resize_with(ROW_TILE, Vec::new);
                                 for (r, uw) in tile.clone().zip(unpacked.iter_mut()) {
@@ -486,11 +488,14 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                                 out.put_tokens(t, r, &v8[..real]);
                             }
                         }
-                        _ => {
+                        (_, Some(dot8)) => {
                             for r in tile.clone() {
                                 out.put_tokens(t, r, &dot8(row(r), p0, p1)[..real]);
                             }
                         }
+                        // Pairing takes neither-kernel groups only with
+                        // an unpacked kernel and a tile to unpack.
+                        (_, None) => unreachable!("paired groups without an eight-row kernel"),
                     }
                     g += 2;
                     continue;
@@ -583,7 +588,8 @@ mod tests {
     /// a tile.
     #[test]
     fn prompt_batches_give_every_token_its_one_row_bits() {
-        let (rows, cols) = (40usize, 320usize);
+        // 40 rows: Q4_K's repacked path (rows a multiple of 8) in 3 tiles.
+        let (rows, max_cols) = (40usize, 512usize);
         let mut s = 11u32;
         let mut rnd = || {
             s ^= s << 13;
@@ -591,15 +597,23 @@ mod tests {
             s ^= s << 5;
             (s as f32 / u32::MAX as f32) - 0.5
         };
-        let wf: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
-        let x: Vec<f32> = (0..37 * cols).map(|_| rnd() * 4.0).collect();
+        let wf: Vec<f32> = (0..rows * max_cols).map(|_| rnd()).collect();
+        let x: Vec<f32> = (0..37 * max_cols).map(|_| rnd() * 4.0).collect();
         for ty in [
             GgmlType::Q4_0,
             GgmlType::Q4_1,
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
         ] {
+            // Ten legacy blocks, or two K-quant super-blocks.
+            let cols = if ty.block_size() == 256 {
+                max_cols
+            } else {
+                320
+            };
             let rb = ty.row_bytes(cols as u64).unwrap() as usize;
             let mut data = vec![0u8; rb * rows];
             for r in 0..rows {

@@ -588,37 +588,39 @@ mod tests {
                                 [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]],
                                 "{ty} x8 n={n}"
                             );
-                            if f4.unpacked.is_some() {
-                                // Every build (AVX2; AVX-VNNI and AVX-512
-                                // where detected), each with its own row
-                                // and activation layouts.
-                                let kernels = x86::unpacked_kernels(ty);
-                                assert!(!kernels.is_empty(), "{ty}: its unpacked kernels");
-                                for (k, u) in kernels.into_iter().enumerate() {
-                                    let (mut uw, mut q0, mut q1) =
-                                        (Vec::new(), Vec::new(), Vec::new());
-                                    (u.unpack)(&w, &mut uw);
-                                    (u.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut q0);
-                                    (u.prepare)([&rows[2], &rows[1], &rows[0], &a], &mut q1);
-                                    let got = (u.dot8)(&uw, &q0, &q1).map(f32::to_bits);
-                                    assert_eq!(got, eight, "{ty} x8 unpacked #{k} n={n}");
-                                    if let Some(dot16) = u.dot16 {
-                                        // Beside another row: each row's bits.
-                                        let wf2: Vec<f32> =
-                                            wf.iter().rev().map(|v| -0.7 * v).collect();
-                                        let mut w2 = vec![0u8; bytes_for(ty, n)];
-                                        quantize_row(ty, &wf2, &mut w2);
-                                        let mut uw2 = Vec::new();
-                                        (u.unpack)(&w2, &mut uw2);
-                                        let second = (u.dot8)(&uw2, &q0, &q1).map(f32::to_bits);
-                                        let both = dot16([&uw, &uw2], &q0, &q1)
-                                            .map(|r| r.map(f32::to_bits));
-                                        assert_eq!(both, [got, second], "{ty} x16 #{k} n={n}");
-                                        unpacked16 += 1;
-                                    }
+                        }
+                        if f4.unpacked.is_some() {
+                            // The same eight rows (Q4_K has no packed
+                            // eight-row kernel to compare with).
+                            let f = four.map(f32::to_bits);
+                            let eight = [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]];
+                            // Every build (AVX2; AVX-VNNI and AVX-512
+                            // where detected), each with its own row
+                            // and activation layouts.
+                            let kernels = x86::unpacked_kernels(ty);
+                            assert!(!kernels.is_empty(), "{ty}: its unpacked kernels");
+                            for (k, u) in kernels.into_iter().enumerate() {
+                                let (mut uw, mut q0, mut q1) = (Vec::new(), Vec::new(), Vec::new());
+                                (u.unpack)(&w, &mut uw);
+                                (u.prepare)([&a, &rows[0], &rows[1], &rows[2]], &mut q0);
+                                (u.prepare)([&rows[2], &rows[1], &rows[0], &a], &mut q1);
+                                let got = (u.dot8)(&uw, &q0, &q1).map(f32::to_bits);
+                                assert_eq!(got, eight, "{ty} x8 unpacked #{k} n={n}");
+                                if let Some(dot16) = u.dot16 {
+                                    // Beside another row: each row's bits.
+                                    let wf2: Vec<f32> = wf.iter().rev().map(|v| -0.7 * v).collect();
+                                    let mut w2 = vec![0u8; bytes_for(ty, n)];
+                                    quantize_row(ty, &wf2, &mut w2);
+                                    let mut uw2 = Vec::new();
+                                    (u.unpack)(&w2, &mut uw2);
+                                    let second = (u.dot8)(&uw2, &q0, &q1).map(f32::to_bits);
+                                    let both =
+                                        dot16([&uw, &uw2], &q0, &q1).map(|r| r.map(f32::to_bits));
+                                    assert_eq!(both, [got, second], "{ty} x16 #{k} n={n}");
+                                    unpacked16 += 1;
                                 }
-                                unpacked8 += 1;
                             }
+                            unpacked8 += 1;
                         }
                         for (r, got) in [&a, &rows[0], &rows[1], &rows[2]].iter().zip(four) {
                             let one =
@@ -675,8 +677,8 @@ mod tests {
         let q8_0_wide = if x86::wide::available() { 3 } else { 0 };
         assert_eq!(
             unpacked8,
-            2 * 3 + q8_0_wide,
-            "Q4_1's and Q5_0's unpacked kernels (and Q8_0's), three lengths"
+            2 * 3 + 2 * q8_0_wide,
+            "Q4_1's and Q5_0's unpacked kernels (and Q8_0's and Q4_K's), three lengths"
         );
         assert_eq!(
             unpacked16,

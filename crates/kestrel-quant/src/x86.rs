@@ -93,7 +93,9 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::VecDot, T::Q4_1) => (dot4_q4_1, prepare_q8_1, Some(dot8_q4_1), Some(AVX2_Q4_1)),
         (DotPath::VecDot, T::Q5_0) => (dot4_q5_0, prepare_q8_0, Some(dot8_q5_0), Some(AVX2_Q5_0)),
         (DotPath::VecDot, T::Q8_0) => (dot4_q8_0, prepare_q8_0, Some(dot8_q8_0), None),
-        (DotPath::RepackGemm, T::Q4_K) if wide => (wide::dot4_q4_k_gemm, prepare_none, None, None),
+        (DotPath::RepackGemm, T::Q4_K) if wide => {
+            (wide::dot4_q4_k_gemm, prepare_none, None, Some(WIDE_Q4_K))
+        }
         (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
@@ -162,6 +164,14 @@ const WIDE_Q5_0: Unpacked8 = Unpacked8 {
 };
 /// Q8_0 has only this one: its rows are bytes already, so unpacking pays
 /// only where it lets one instruction serve two tokens.
+/// Q4_K's prompt kernel on unpacked rows (AVX-512 only; no packed
+/// eight-token kernel beside it: groups pair up only for this one).
+const WIDE_Q4_K: Unpacked8 = Unpacked8 {
+    prepare: wide::prepare_q4_k,
+    unpack: wide::unpack_q4_k,
+    dot8: wide::dot8_q4_k_unpacked,
+    dot16: None,
+};
 const WIDE_Q8_0: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_signed,
     unpack: wide::unpack_q8_0,
@@ -177,6 +187,7 @@ pub(crate) fn unpacked_kernels(ty: T) -> Vec<Unpacked8> {
         T::Q4_1 => (builds(AVX2_Q4_1, VNNI_Q4_1), WIDE_Q4_1),
         T::Q5_0 => (builds(AVX2_Q5_0, VNNI_Q5_0), WIDE_Q5_0),
         T::Q8_0 => (Vec::new(), WIDE_Q8_0),
+        T::Q4_K => (Vec::new(), WIDE_Q4_K),
         _ => return Vec::new(),
     };
     if wide::available() {

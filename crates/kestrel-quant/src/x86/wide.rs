@@ -9,9 +9,11 @@
 //! the AVX2 kernel's f32 steps for its token or row (the same lanes, the
 //! same products, the same fused adds in the same order), so the results
 //! are the same bits; the lib.rs tests hold every build to the portable
-//! kernel. At the end, the four-row decode kernels of two K-quants: Q6_K
-//! (a block's two halves in one register) and Q4_K (four rows' scales
-//! unpacked in one register, their sums folded in as four f32 lanes).
+//! kernel. Then the four-row decode kernels of two K-quants: Q6_K (a
+//! block's two halves in one register) and Q4_K (four rows' scales
+//! unpacked in one register, their sums folded in as four f32 lanes), and
+//! Q4_K's prompt kernels: on packed rows, and on rows unpacked with the
+//! tokens in lanes (see the section's comment).
 //!
 //! The activations get their own layout (`prepare_*`), 64-byte units so
 //! that each two-token load stays within one cache line:
@@ -1329,4 +1331,263 @@ unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
 pub(crate) fn dot4_q4_k_gemm(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
     // SAFETY: handed out only after `available()` confirmed the features.
     unsafe { q4_k_gemm_x4_wide(w, a) }
+}
+
+// Q4_K prompt kernel on unpacked rows, tokens in lanes.
+// ---------------------------------------------------------------------------
+//
+// The packed kernel above keeps one token per register and pays about 30
+// shuffles a block to reduce each (pair of sub-blocks, token) sum across
+// its lanes, plus the activation halves' inserts: on a core with one
+// shuffle port (Intel's) it ran at 32 GMAC/s a thread, half of Q8_0's.
+// Here a 128-bit lane holds one quad of quants of one sub-block for the
+// group's four tokens: lane g of unit 8h + c is quad c of sub-block
+// 4h + g, so eight `vpdpbusd`s leave each sub-block's exact sum for each
+// token in lane (g, t), with no reduction across lanes. The weight row is
+// unpacked once per row tile (each quad repeated for the four token
+// lanes, scales and mins widened to the lanes they meet) and serves every
+// group of the tile.
+// The integers are exact and meet the f32 steps of `q4k::dot_repacked`
+// (group 2) in its order, so the bits are the packed kernel's.
+
+/// Chunks per block of an unpacked Q4_K row: 1024 bytes of quads (quad c
+/// of sub-block 4h + g at bytes 64(8h + c) + 16g, four times), the sub-block
+/// scales as i32 lanes (j, t) for j in 0..4 and then 4..8, the mins as
+/// i16 pairs (m[2p], m[2p + 1]) in lanes (p, t), then d and dmin as f32.
+const Q4KU_ROW: usize = 32 + 4 + 2 + 1;
+/// Chunks per block of a prepared group: the four tokens' quants (quad c
+/// of sub-block 4h + g at bytes 64(8h + c) + 16g + 4t for token t), the
+/// sub-block sums as i16 pairs (s[2p], s[2p + 1]) in lanes (p, t), then
+/// the tokens' d as f32.
+const Q4KU_ACT: usize = 32 + 2 + 1;
+
+/// Writes `bytes` (a multiple of 32 long) over `out` from chunk `at`.
+fn put_bytes(out: &mut [Chunk32], at: usize, bytes: &[u8]) {
+    for (c, b) in out[at..].iter_mut().zip(bytes.chunks_exact(32)) {
+        c.0.copy_from_slice(b);
+    }
+}
+
+/// Byte-shuffle masks: mask c makes each 128-bit lane quad c of itself,
+/// four times (one copy for each token lane).
+static QUAD_REPEAT: [[u8; 64]; 4] = {
+    let mut m = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut i = 0;
+        while i < 64 {
+            m[c][i] = (4 * c + i % 4) as u8;
+            i += 1;
+        }
+        c += 1;
+    }
+    m
+};
+
+/// A Q4_K block's quants as [`Q4KU_ROW`] lays them out. Sub-block 2p is
+/// the low nibbles of quant bytes 32p..32p + 32, sub-block 2p + 1 their
+/// high nibbles.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn unpack_q4_k_quads(bw: &[u8], out: &mut [u8; 1024]) {
+    assert!(bw.len() >= super::Q4K, "Q4_K block");
+    // SAFETY: the block's quants are bytes 16..144 (checked); `out` holds
+    // 16 units of 64 bytes; AVX-512 is enabled here.
+    unsafe {
+        let reps = QUAD_REPEAT
+            .each_ref()
+            .map(|m| _mm512_loadu_si512(m.as_ptr() as *const __m512i));
+        let m4 = _mm512_set1_epi8(0x0f);
+        let dst = out.as_mut_ptr() as *mut __m512i;
+        let qs = bw.as_ptr().add(16);
+        for h in 0..2 {
+            for q in 0..2 {
+                // Lanes: bytes 16q..16q + 16 of run 2h, twice, then of run
+                // 2h + 1, twice; nibbles low, high, low, high: quads 4q..4q
+                // + 4 of sub-blocks 4h..4h + 4.
+                let x = _mm512_mask_blend_epi64(
+                    0xf0,
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(
+                        qs.add(64 * h + 16 * q) as *const __m128i
+                    )),
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(
+                        qs.add(64 * h + 32 + 16 * q) as *const __m128i
+                    )),
+                );
+                let x = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(x, 0xff00_ff00, x), m4);
+                for (c, rep) in reps.iter().enumerate() {
+                    _mm512_storeu_si512(dst.add(8 * h + 4 * q + c), _mm512_shuffle_epi8(x, *rep));
+                }
+            }
+        }
+    }
+}
+
+/// A Q4_K row in the layout of [`Q4KU_ROW`].
+pub(crate) fn unpack_q4_k(w: &[u8], out: &mut Vec<Chunk32>) {
+    use super::{q4k_scale_min, Q4K};
+    let blocks = w.len() / Q4K;
+    out.clear();
+    out.resize(blocks * Q4KU_ROW + 1, Chunk32([0; 32]));
+    let at = start(out);
+    let mut quads = [0u8; 1024];
+    let mut extra = [0u8; 224];
+    for (i, bw) in w.chunks_exact(Q4K).enumerate() {
+        // SAFETY: `available()` confirmed the features before this
+        // kernel was handed out; the block is whole.
+        unsafe { unpack_q4_k_quads(bw, &mut quads) };
+        let (sc, m) = q4k_scale_min(bw);
+        let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
+        for lane in 0..32 {
+            let j = lane / 4;
+            let at = 4 * lane;
+            extra[at..at + 4].copy_from_slice(&i32::from(sc[j]).to_le_bytes());
+        }
+        for lane in 0..16 {
+            let p = lane / 4;
+            let at = 128 + 4 * lane;
+            extra[at..at + 2].copy_from_slice(&i16::from(m[2 * p]).to_le_bytes());
+            extra[at + 2..at + 4].copy_from_slice(&i16::from(m[2 * p + 1]).to_le_bytes());
+        }
+        let half = |k: usize| crate::f16_to_f32(u16::from_le_bytes([bw[k], bw[k + 1]]));
+        let (d, dmin) = (half(0), half(2));
+        extra[192..196].copy_from_slice(&d.to_le_bytes());
+        extra[196..200].copy_from_slice(&dmin.to_le_bytes());
+        put_bytes(out, at + i * Q4KU_ROW, &quads);
+        put_bytes(out, at + i * Q4KU_ROW + 32, &extra);
+    }
+}
+
+/// Four Q8_K rows in the layout of [`Q4KU_ACT`].
+pub(crate) fn prepare_q4_k(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    use super::{Q8K, Q8K_BSUMS, Q8K_QS};
+    let blocks = a[0].len() / Q8K;
+    out.clear();
+    out.resize(blocks * Q4KU_ACT + 1, Chunk32([0; 32]));
+    let at = start(out);
+    let mut quads = [0u8; 1024];
+    let mut extra = [0u8; 96];
+    for i in 0..blocks {
+        for (t, row) in a.iter().enumerate() {
+            let ba = &row[i * Q8K..(i + 1) * Q8K];
+            let qs = &ba[Q8K_QS..Q8K_QS + 256];
+            for (q, quad) in qs.chunks_exact(4).enumerate() {
+                let (j, c) = (q / 8, q % 8);
+                let at = 64 * (8 * (j / 4) + c) + 16 * (j % 4) + 4 * t;
+                quads[at..at + 4].copy_from_slice(quad);
+            }
+            let bsum =
+                |k: usize| i16::from_le_bytes([ba[Q8K_BSUMS + 2 * k], ba[Q8K_BSUMS + 2 * k + 1]]);
+            // A sub-block's sum: |32 x 127| fits i16.
+            let sub = |j: usize| bsum(2 * j) + bsum(2 * j + 1);
+            for p in 0..4 {
+                let at = 16 * p + 4 * t;
+                extra[at..at + 2].copy_from_slice(&sub(2 * p).to_le_bytes());
+                extra[at + 2..at + 4].copy_from_slice(&sub(2 * p + 1).to_le_bytes());
+            }
+            extra[64 + 4 * t..68 + 4 * t].copy_from_slice(&super::q8k_d(ba).to_le_bytes());
+        }
+        put_bytes(out, at + i * Q4KU_ACT, &quads);
+        put_bytes(out, at + i * Q4KU_ACT + 32, &extra);
+    }
+}
+
+/// Lanes [x0 + x1, y0 + y1, z0 + z1, w0 + w1] of `u` = [x0, x1, y0, y1]
+/// and `v` = [z0, z1, w0, w1].
+#[inline(always)]
+unsafe fn fold_pairs(u: __m512i, v: __m512i) -> __m512i {
+    // SAFETY: the caller enables AVX-512.
+    unsafe {
+        _mm512_add_epi32(
+            _mm512_shuffle_i64x2::<0b10_00_10_00>(u, v),
+            _mm512_shuffle_i64x2::<0b11_01_11_01>(u, v),
+        )
+    }
+}
+
+/// One unpacked Q4_K row against `G` prepared groups of four tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
+    let blocks = uw.len().saturating_sub(1) / Q4KU_ROW;
+    let (wat, pat) = (start(uw), pre.map(start));
+    assert!(uw.len() >= wat + blocks * Q4KU_ROW, "unpacked row");
+    for (p, &at) in pre.iter().zip(&pat) {
+        assert!(p.len() >= at + blocks * Q4KU_ACT, "prepared group");
+    }
+    let mut acc = [_mm_setzero_ps(); G];
+    let mut acc_min = [_mm_setzero_ps(); G];
+    for i in 0..blocks {
+        // SAFETY (all raw reads below): block i's chunks are within both
+        // layouts (checked above); AVX-512 is enabled here.
+        unsafe {
+            let w = uw.as_ptr().add(wat + i * Q4KU_ROW) as *const __m512i;
+            let sc = [_mm512_loadu_si512(w.add(16)), _mm512_loadu_si512(w.add(17))];
+            let mins = _mm512_loadu_si512(w.add(18));
+            let dw = _mm_loadu_ps(w.add(19) as *const f32);
+            let (d, dmin) = (_mm_broadcastss_ps(dw), _mm_permute_ps::<0b01_01_01_01>(dw));
+            for g in 0..G {
+                let a = pre[g].as_ptr().add(pat[g] + i * Q4KU_ACT) as *const __m512i;
+                // Lanes (sub-block, token) for sub-blocks 4h..4h + 4, each
+                // times its scale; two chains of four.
+                let half = |h: usize| {
+                    let k = 8 * h;
+                    let dp = |acc: __m512i, c: usize| {
+                        _mm512_dpbusd_epi32(
+                            acc,
+                            _mm512_loadu_si512(w.add(k + c)),
+                            _mm512_loadu_si512(a.add(k + c)),
+                        )
+                    };
+                    let zero = _mm512_setzero_si512();
+                    let (mut e, mut o) = (dp(zero, 0), dp(zero, 1));
+                    for c in (2..8).step_by(2) {
+                        e = dp(e, c);
+                        o = dp(o, c + 1);
+                    }
+                    _mm512_mullo_epi32(_mm512_add_epi32(e, o), sc[h])
+                };
+                let (s0, s1) = (half(0), half(1));
+                // Lanes (pair, token): the exact sum over the pair's two
+                // sub-blocks, then its min sum.
+                let sums = _mm512_cvtepi32_ps(fold_pairs(s0, s1));
+                let min_sums =
+                    _mm512_cvtepi32_ps(_mm512_madd_epi16(mins, _mm512_loadu_si512(a.add(16))));
+                let da = _mm_loadu_ps(a.add(17) as *const f32);
+                let (scale_d, scale_min) = (_mm_mul_ps(d, da), _mm_mul_ps(dmin, da));
+                let pairs = [
+                    (
+                        _mm512_castps512_ps128(sums),
+                        _mm512_castps512_ps128(min_sums),
+                    ),
+                    (
+                        _mm512_extractf32x4_ps::<1>(sums),
+                        _mm512_extractf32x4_ps::<1>(min_sums),
+                    ),
+                    (
+                        _mm512_extractf32x4_ps::<2>(sums),
+                        _mm512_extractf32x4_ps::<2>(min_sums),
+                    ),
+                    (
+                        _mm512_extractf32x4_ps::<3>(sums),
+                        _mm512_extractf32x4_ps::<3>(min_sums),
+                    ),
+                ];
+                for (s, m) in pairs {
+                    acc[g] = _mm_fmadd_ps(s, scale_d, acc[g]);
+                    acc_min[g] = _mm_fmadd_ps(m, scale_min, acc_min[g]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|g| {
+        let mut out = [0f32; 4];
+        // SAFETY: out holds 4 floats.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(acc[g], acc_min[g])) };
+        out
+    })
+}
+
+pub(crate) fn dot8_q4_k_unpacked(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+    // SAFETY: handed out only after `available()` confirmed the features.
+    let [x, y] = unsafe { q4_k_unpacked::<2>(uw, [pre0, pre1]) };
+    [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
 }
