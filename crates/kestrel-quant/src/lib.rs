@@ -590,8 +590,8 @@ mod tests {
                             );
                         }
                         if f4.unpacked.is_some() {
-                            // The same eight rows (Q4_K has no packed
-                            // eight-row kernel to compare with).
+                            // The same eight rows (Q4_K and Q6_K have no
+                            // packed eight-row kernel to compare with).
                             let f = four.map(f32::to_bits);
                             let eight = [f[0], f[1], f[2], f[3], f[3], f[2], f[1], f[0]];
                             // Every build (AVX2; AVX-VNNI and AVX-512
@@ -677,8 +677,8 @@ mod tests {
         let q8_0_wide = if x86::wide::available() { 3 } else { 0 };
         assert_eq!(
             unpacked8,
-            2 * 3 + 2 * q8_0_wide,
-            "Q4_1's and Q5_0's unpacked kernels (and Q8_0's and Q4_K's), three lengths"
+            2 * 3 + 3 * q8_0_wide,
+            "Q4_1's and Q5_0's unpacked kernels (and Q8_0's, Q4_K's and Q6_K's), three lengths"
         );
         assert_eq!(
             unpacked16,

@@ -97,6 +97,7 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
             (wide::dot4_q4_k_gemm, prepare_none, None, Some(WIDE_Q4_K))
         }
         (DotPath::RepackGemm, T::Q4_K) => (dot4_q4_k_gemm, prepare_none, None, None),
+        (DotPath::Tiled, T::Q6_K) if wide => (dot4_q6_k_tiled, prepare_none, None, Some(WIDE_Q6_K)),
         (DotPath::Tiled, T::Q6_K) => (dot4_q6_k_tiled, prepare_none, None, None),
         _ => return None,
     };
@@ -172,6 +173,13 @@ const WIDE_Q4_K: Unpacked8 = Unpacked8 {
     dot8: wide::dot8_q4_k_unpacked,
     dot16: None,
 };
+/// Q6_K's prompt kernel on unpacked rows (AVX-512 only, as Q4_K's).
+const WIDE_Q6_K: Unpacked8 = Unpacked8 {
+    prepare: wide::prepare_q6_k,
+    unpack: wide::unpack_q6_k,
+    dot8: wide::dot8_q6_k_unpacked,
+    dot16: None,
+};
 const WIDE_Q8_0: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_signed,
     unpack: wide::unpack_q8_0,
@@ -188,6 +196,7 @@ pub(crate) fn unpacked_kernels(ty: T) -> Vec<Unpacked8> {
         T::Q5_0 => (builds(AVX2_Q5_0, VNNI_Q5_0), WIDE_Q5_0),
         T::Q8_0 => (Vec::new(), WIDE_Q8_0),
         T::Q4_K => (Vec::new(), WIDE_Q4_K),
+        T::Q6_K => (Vec::new(), WIDE_Q6_K),
         _ => return Vec::new(),
     };
     if wide::available() {

@@ -1591,3 +1591,192 @@ pub(crate) fn dot8_q4_k_unpacked(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk
     let [x, y] = unsafe { q4_k_unpacked::<2>(uw, [pre0, pre1]) };
     [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
 }
+
+// Q6_K prompt kernel on unpacked rows, tokens in lanes.
+// ---------------------------------------------------------------------------
+//
+// The same layout as Q4_K's above, for the tiled path's order (one exact
+// integer sum per super-block, then d x sum and one fused add with the
+// token's d): lane g of unit 4h + c is quad c of run 4h + g (16 quants),
+// so four `vpdpbusd`s leave each run's sum of unsigned quants (0..=63) for
+// each token in lane (g, t); the runs' signed scales multiply lane for
+// lane, the offset of 32 comes off through the activations' run sums, and
+// one fold across the 128-bit lanes leaves each token's sum. The AVX2
+// four-token kernel reduces each token's lanes on its own (kbench: 33
+// GMAC/s a thread on the Intel machine, about Q4_K's packed kernel).
+
+/// Chunks per block of an unpacked Q6_K row: 1024 bytes of quads (quad c
+/// of run 4h + g at bytes 64(4h + c) + 16g, four times), the run scales as
+/// i32 lanes (g, t) for runs 4h + g (four units), the scale pairs (s[g],
+/// s[4 + g]) and (s[8 + g], s[12 + g]) as i16 in lanes (g, t) (two units),
+/// then d as f32 and a chunk of padding.
+const Q6KU_ROW: usize = 32 + 8 + 4 + 2;
+/// Chunks per block of a prepared group: the quants (quad c of run 4h + g
+/// of token t at bytes 64(4h + c) + 16g + 4t), the run sums paired as the
+/// row's scale pairs, the tokens' d as f32, and a chunk of padding.
+const Q6KU_ACT: usize = 32 + 4 + 2;
+
+/// A Q6_K block's quants (unsigned, 0..=63) as [`Q6KU_ROW`] lays them
+/// out, from `dst` (16 units).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_quad_units(bw: &[u8], dst: *mut __m512i) {
+    assert!(bw.len() >= super::Q6K, "Q6_K block");
+    let (m4, m3) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
+    let mut q = [0u8; 256];
+    // SAFETY: ql is bytes 0..128 and qh 128..192 of the block (checked);
+    // AVX-512 is enabled here; the stores are within `q` and, per the
+    // caller, the 16 units at `dst`.
+    unsafe {
+        let at = |k: usize| _mm256_loadu_si256(bw.as_ptr().add(k) as *const __m256i);
+        for n in 0..2 {
+            let (ql0, ql1, qh) = (at(64 * n), at(64 * n + 32), at(128 + 32 * n));
+            let lows = [
+                _mm256_and_si256(ql0, m4),
+                _mm256_and_si256(ql1, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            ];
+            for (k, low) in lows.into_iter().enumerate() {
+                let high =
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                let v = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+                _mm256_storeu_si256(q.as_mut_ptr().add(128 * n + 32 * k) as *mut __m256i, v);
+            }
+        }
+        // Runs 4h..4h + 4 are quants 64h..64h + 64, a 128-bit lane each.
+        for h in 0..4 {
+            let x = _mm512_loadu_si512(q.as_ptr().add(64 * h) as *const __m512i);
+            for (c, rep) in QUAD_REPEAT.iter().enumerate() {
+                let rep = _mm512_loadu_si512(rep.as_ptr() as *const __m512i);
+                _mm512_storeu_si512(dst.add(4 * h + c), _mm512_shuffle_epi8(x, rep));
+            }
+        }
+    }
+}
+
+/// A Q6_K row in the layout of [`Q6KU_ROW`].
+pub(crate) fn unpack_q6_k(w: &[u8], out: &mut Vec<Chunk32>) {
+    use super::Q6K;
+    let blocks = w.len() / Q6K;
+    out.clear();
+    out.resize(blocks * Q6KU_ROW + 1, Chunk32([0; 32]));
+    let at = start(out);
+    let mut extra = [0u8; 32 * (Q6KU_ROW - 32)];
+    for (i, bw) in w.chunks_exact(Q6K).enumerate() {
+        // SAFETY: `available()` confirmed the features before this kernel
+        // was handed out; the block's 16 units are within `out` (sized
+        // above).
+        unsafe { q6_k_quad_units(bw, out.as_mut_ptr().add(at + i * Q6KU_ROW) as *mut __m512i) };
+        let sc = |r: usize| bw[192 + r] as i8;
+        for lane in 0..64 {
+            // Units 0..4: lanes (g, t) of runs 4h + g.
+            let (h, g) = (lane / 16, (lane % 16) / 4);
+            extra[4 * lane..4 * lane + 4].copy_from_slice(&i32::from(sc(4 * h + g)).to_le_bytes());
+        }
+        for lane in 0..32 {
+            let (p, g) = (lane / 16, (lane % 16) / 4);
+            let at = 256 + 4 * lane;
+            extra[at..at + 2].copy_from_slice(&i16::from(sc(8 * p + g)).to_le_bytes());
+            extra[at + 2..at + 4].copy_from_slice(&i16::from(sc(8 * p + 4 + g)).to_le_bytes());
+        }
+        let d = crate::f16_to_f32(u16::from_le_bytes([bw[208], bw[209]]));
+        extra[384..388].copy_from_slice(&d.to_le_bytes());
+        put_bytes(out, at + i * Q6KU_ROW + 32, &extra);
+    }
+}
+
+/// Four Q8_K rows in the layout of [`Q6KU_ACT`].
+pub(crate) fn prepare_q6_k(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    use super::{Q8K, Q8K_BSUMS, Q8K_QS};
+    let blocks = a[0].len() / Q8K;
+    out.clear();
+    out.resize(blocks * Q6KU_ACT + 1, Chunk32([0; 32]));
+    let at = start(out);
+    let mut unit = [0u8; 32 * Q6KU_ACT];
+    for i in 0..blocks {
+        for (t, row) in a.iter().enumerate() {
+            let ba = &row[i * Q8K..(i + 1) * Q8K];
+            let qs = &ba[Q8K_QS..Q8K_QS + 256];
+            for (q, quad) in qs.chunks_exact(4).enumerate() {
+                // Quad c of run r = 4h + g.
+                let (r, c) = (q / 4, q % 4);
+                let at = 64 * (4 * (r / 4) + c) + 16 * (r % 4) + 4 * t;
+                unit[at..at + 4].copy_from_slice(quad);
+            }
+            let bsum = |r: usize| [ba[Q8K_BSUMS + 2 * r], ba[Q8K_BSUMS + 2 * r + 1]];
+            for p in 0..2 {
+                for g in 0..4 {
+                    let at = 1024 + 64 * p + 16 * g + 4 * t;
+                    unit[at..at + 2].copy_from_slice(&bsum(8 * p + g));
+                    unit[at + 2..at + 4].copy_from_slice(&bsum(8 * p + 4 + g));
+                }
+            }
+            unit[1152 + 4 * t..1156 + 4 * t].copy_from_slice(&super::q8k_d(ba).to_le_bytes());
+        }
+        put_bytes(out, at + i * Q6KU_ACT, &unit);
+    }
+}
+
+/// One unpacked Q6_K row against `G` prepared groups of four tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
+    let blocks = uw.len().saturating_sub(1) / Q6KU_ROW;
+    let (wat, pat) = (start(uw), pre.map(start));
+    assert!(uw.len() >= wat + blocks * Q6KU_ROW, "unpacked row");
+    for (p, &at) in pre.iter().zip(&pat) {
+        assert!(p.len() >= at + blocks * Q6KU_ACT, "prepared group");
+    }
+    let mut acc = [_mm_setzero_ps(); G];
+    for i in 0..blocks {
+        // SAFETY (all raw reads below): block i's chunks are within both
+        // layouts (checked above); AVX-512 is enabled here.
+        unsafe {
+            let w = uw.as_ptr().add(wat + i * Q6KU_ROW) as *const __m512i;
+            let d = _mm_set1_ps(*(w.add(22) as *const f32));
+            for g in 0..G {
+                let a = pre[g].as_ptr().add(pat[g] + i * Q6KU_ACT) as *const __m512i;
+                let mut total = _mm512_setzero_si512();
+                for h in 0..4 {
+                    let dp = |acc: __m512i, c: usize| {
+                        _mm512_dpbusd_epi32(
+                            acc,
+                            _mm512_loadu_si512(w.add(4 * h + c)),
+                            _mm512_loadu_si512(a.add(4 * h + c)),
+                        )
+                    };
+                    let zero = _mm512_setzero_si512();
+                    let runs = _mm512_add_epi32(dp(dp(zero, 0), 2), dp(dp(zero, 1), 3));
+                    total = _mm512_add_epi32(
+                        total,
+                        _mm512_mullo_epi32(runs, _mm512_loadu_si512(w.add(16 + h))),
+                    );
+                }
+                // The offset: 32 x the runs' scales times their sums.
+                let offset = _mm512_dpwssd_epi32(
+                    _mm512_madd_epi16(_mm512_loadu_si512(w.add(20)), _mm512_loadu_si512(a.add(16))),
+                    _mm512_loadu_si512(w.add(21)),
+                    _mm512_loadu_si512(a.add(17)),
+                );
+                let total = _mm512_sub_epi32(total, _mm512_slli_epi32::<5>(offset));
+                let x =
+                    _mm512_add_epi32(total, _mm512_shuffle_i64x2::<0b01_00_11_10>(total, total));
+                let x = _mm512_add_epi32(x, _mm512_shuffle_i64x2::<0b10_11_00_01>(x, x));
+                let sums = _mm_cvtepi32_ps(_mm512_castsi512_si128(x));
+                let da = _mm_loadu_ps(a.add(18) as *const f32);
+                acc[g] = _mm_fmadd_ps(_mm_mul_ps(d, sums), da, acc[g]);
+            }
+        }
+    }
+    std::array::from_fn(|g| {
+        let mut out = [0f32; 4];
+        // SAFETY: out holds 4 floats.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc[g]) };
+        out
+    })
+}
+
+pub(crate) fn dot8_q6_k_unpacked(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
+    // SAFETY: handed out only after `available()` confirmed the features.
+    let [x, y] = unsafe { q6_k_unpacked::<2>(uw, [pre0, pre1]) };
+    [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
+}
