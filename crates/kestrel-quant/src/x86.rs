@@ -163,8 +163,6 @@ const WIDE_Q5_0: Unpacked8 = Unpacked8 {
     dot8: wide::dot8_q5_0,
     dot16: Some(wide::dot16_q5_0),
 };
-/// Q8_0 has only this one: its rows are bytes already, so unpacking pays
-/// only where it lets one instruction serve two tokens.
 /// Q4_K's prompt kernel on unpacked rows (AVX-512 only; no packed
 /// eight-token kernel beside it: groups pair up only for this one).
 const WIDE_Q4_K: Unpacked8 = Unpacked8 {
@@ -180,6 +178,8 @@ const WIDE_Q6_K: Unpacked8 = Unpacked8 {
     dot8: wide::dot8_q6_k_unpacked,
     dot16: None,
 };
+/// Q8_0 has only this one: its rows are bytes already, so unpacking pays
+/// only where it lets one instruction serve two tokens.
 const WIDE_Q8_0: Unpacked8 = Unpacked8 {
     prepare: wide::prepare_signed,
     unpack: wide::unpack_q8_0,
