@@ -1361,6 +1361,14 @@ const Q4KU_ROW: usize = 32 + 4 + 2 + 1;
 /// the tokens' d as f32.
 const Q4KU_ACT: usize = 32 + 2 + 1;
 
+/// Empties `out` to `chunks` zeroed chunks from a 64-byte line (one
+/// more for the alignment) and returns where they start.
+fn cleared(out: &mut Vec<Chunk32>, chunks: usize) -> usize {
+    out.clear();
+    out.resize(chunks + 1, Chunk32([0; 32]));
+    start(out)
+}
+
 /// Writes `bytes` (a multiple of 32 long) over `out` from chunk `at`.
 fn put_bytes(out: &mut [Chunk32], at: usize, bytes: &[u8]) {
     for (c, b) in out[at..].iter_mut().zip(bytes.chunks_exact(32)) {
@@ -1426,9 +1434,7 @@ unsafe fn unpack_q4_k_quads(bw: &[u8], out: &mut [u8; 1024]) {
 pub(crate) fn unpack_q4_k(w: &[u8], out: &mut Vec<Chunk32>) {
     use super::{q4k_scale_min, Q4K};
     let blocks = w.len() / Q4K;
-    out.clear();
-    out.resize(blocks * Q4KU_ROW + 1, Chunk32([0; 32]));
-    let at = start(out);
+    let at = cleared(out, blocks * Q4KU_ROW);
     let mut quads = [0u8; 1024];
     let mut extra = [0u8; 224];
     for (i, bw) in w.chunks_exact(Q4K).enumerate() {
@@ -1461,9 +1467,7 @@ pub(crate) fn unpack_q4_k(w: &[u8], out: &mut Vec<Chunk32>) {
 pub(crate) fn prepare_q4_k(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     use super::{Q8K, Q8K_BSUMS, Q8K_QS};
     let blocks = a[0].len() / Q8K;
-    out.clear();
-    out.resize(blocks * Q4KU_ACT + 1, Chunk32([0; 32]));
-    let at = start(out);
+    let at = cleared(out, blocks * Q4KU_ACT);
     let mut quads = [0u8; 1024];
     let mut extra = [0u8; 96];
     for i in 0..blocks {
@@ -1654,34 +1658,52 @@ unsafe fn q6_k_quad_units(bw: &[u8], dst: *mut __m512i) {
     }
 }
 
+/// A Q6_K block's scales and d as [`Q6KU_ROW`] lays them out, in units
+/// 16..23 from `dst`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_scale_units(bw: &[u8], dst: *mut __m512i) {
+    assert!(bw.len() >= super::Q6K, "Q6_K block");
+    // SAFETY: the scales are bytes 192..208 and d 208..210 of the block
+    // (checked); AVX-512 is enabled here; per the caller the stores are
+    // within the block's units.
+    unsafe {
+        // Lane r: run r's scale.
+        let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(bw.as_ptr().add(192) as *const __m128i));
+        // Lane (g, t) of a unit: index `base + g`.
+        let runs = |base: i32| {
+            let idx = _mm512_add_epi32(
+                _mm512_srli_epi32::<2>(_mm512_set_epi32(
+                    15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+                )),
+                _mm512_set1_epi32(base),
+            );
+            _mm512_permutexvar_epi32(idx, sc)
+        };
+        for h in 0..4 {
+            _mm512_storeu_si512(dst.add(16 + h), runs(4 * h as i32));
+        }
+        for p in 0..2 {
+            let lo = _mm512_and_si512(runs(8 * p as i32), _mm512_set1_epi32(0xffff));
+            let hi = _mm512_slli_epi32::<16>(runs(8 * p as i32 + 4));
+            _mm512_storeu_si512(dst.add(20 + p), _mm512_or_si512(lo, hi));
+        }
+        let d = crate::f16_to_f32(u16::from_le_bytes([bw[208], bw[209]]));
+        _mm512_storeu_ps(dst.add(22) as *mut f32, _mm512_set1_ps(d));
+    }
+}
+
 /// A Q6_K row in the layout of [`Q6KU_ROW`].
 pub(crate) fn unpack_q6_k(w: &[u8], out: &mut Vec<Chunk32>) {
     use super::Q6K;
     let blocks = w.len() / Q6K;
-    out.clear();
-    out.resize(blocks * Q6KU_ROW + 1, Chunk32([0; 32]));
-    let at = start(out);
-    let mut extra = [0u8; 32 * (Q6KU_ROW - 32)];
+    let at = cleared(out, blocks * Q6KU_ROW);
     for (i, bw) in w.chunks_exact(Q6K).enumerate() {
         // SAFETY: `available()` confirmed the features before this kernel
         // was handed out; the block's 16 units are within `out` (sized
         // above).
         unsafe { q6_k_quad_units(bw, out.as_mut_ptr().add(at + i * Q6KU_ROW) as *mut __m512i) };
-        let sc = |r: usize| bw[192 + r] as i8;
-        for lane in 0..64 {
-            // Units 0..4: lanes (g, t) of runs 4h + g.
-            let (h, g) = (lane / 16, (lane % 16) / 4);
-            extra[4 * lane..4 * lane + 4].copy_from_slice(&i32::from(sc(4 * h + g)).to_le_bytes());
-        }
-        for lane in 0..32 {
-            let (p, g) = (lane / 16, (lane % 16) / 4);
-            let at = 256 + 4 * lane;
-            extra[at..at + 2].copy_from_slice(&i16::from(sc(8 * p + g)).to_le_bytes());
-            extra[at + 2..at + 4].copy_from_slice(&i16::from(sc(8 * p + 4 + g)).to_le_bytes());
-        }
-        let d = crate::f16_to_f32(u16::from_le_bytes([bw[208], bw[209]]));
-        extra[384..388].copy_from_slice(&d.to_le_bytes());
-        put_bytes(out, at + i * Q6KU_ROW + 32, &extra);
+        // SAFETY: as above; units 16..23 of the block are within `out`.
+        unsafe { q6_k_scale_units(bw, out.as_mut_ptr().add(at + i * Q6KU_ROW) as *mut __m512i) };
     }
 }
 
@@ -1689,9 +1711,7 @@ pub(crate) fn unpack_q6_k(w: &[u8], out: &mut Vec<Chunk32>) {
 pub(crate) fn prepare_q6_k(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     use super::{Q8K, Q8K_BSUMS, Q8K_QS};
     let blocks = a[0].len() / Q8K;
-    out.clear();
-    out.resize(blocks * Q6KU_ACT + 1, Chunk32([0; 32]));
-    let at = start(out);
+    let at = cleared(out, blocks * Q6KU_ACT);
     let mut unit = [0u8; 32 * Q6KU_ACT];
     for i in 0..blocks {
         for (t, row) in a.iter().enumerate() {
