@@ -13,7 +13,7 @@
 //! block's two halves in one register) and Q4_K (four rows' scales
 //! unpacked in one register, their sums folded in as four f32 lanes), and
 //! Q4_K's prompt kernels: on packed rows, and on rows unpacked with the
-//! tokens in lanes (see the section's comment).
+//! tokens in lanes (see the section's comment), as Q6_K's last.
 //!
 //! The activations get their own layout (`prepare_*`), 64-byte units so
 //! that each two-token load stays within one cache line:
@@ -1392,20 +1392,20 @@ static QUAD_REPEAT: [[u8; 64]; 4] = {
     m
 };
 
-/// A Q4_K block's quants as [`Q4KU_ROW`] lays them out. Sub-block 2p is
-/// the low nibbles of quant bytes 32p..32p + 32, sub-block 2p + 1 their
-/// high nibbles.
+/// A Q4_K block's quants as [`Q4KU_ROW`] lays them out, in the 16 units
+/// from `dst`. Sub-block 2p is the low nibbles of quant bytes 32p..32p +
+/// 32, sub-block 2p + 1 their high nibbles.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn unpack_q4_k_quads(bw: &[u8], out: &mut [u8; 1024]) {
+unsafe fn q4_k_quad_units(bw: &[u8], dst: *mut __m512i) {
     assert!(bw.len() >= super::Q4K, "Q4_K block");
-    // SAFETY: the block's quants are bytes 16..144 (checked); `out` holds
-    // 16 units of 64 bytes; AVX-512 is enabled here.
+    // SAFETY: the block's quants are bytes 16..144 (checked); per the
+    // caller the 16 units at `dst` are within its row; AVX-512 is enabled
+    // here.
     unsafe {
         let reps = QUAD_REPEAT
             .each_ref()
             .map(|m| _mm512_loadu_si512(m.as_ptr() as *const __m512i));
         let m4 = _mm512_set1_epi8(0x0f);
-        let dst = out.as_mut_ptr() as *mut __m512i;
         let qs = bw.as_ptr().add(16);
         for h in 0..2 {
             for q in 0..2 {
@@ -1435,12 +1435,12 @@ pub(crate) fn unpack_q4_k(w: &[u8], out: &mut Vec<Chunk32>) {
     use super::{q4k_scale_min, Q4K};
     let blocks = w.len() / Q4K;
     let at = cleared(out, blocks * Q4KU_ROW);
-    let mut quads = [0u8; 1024];
     let mut extra = [0u8; 224];
     for (i, bw) in w.chunks_exact(Q4K).enumerate() {
         // SAFETY: `available()` confirmed the features before this
-        // kernel was handed out; the block is whole.
-        unsafe { unpack_q4_k_quads(bw, &mut quads) };
+        // kernel was handed out; the block's 16 units are within `out`
+        // (sized above).
+        unsafe { q4_k_quad_units(bw, out.as_mut_ptr().add(at + i * Q4KU_ROW) as *mut __m512i) };
         let (sc, m) = q4k_scale_min(bw);
         let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
         for lane in 0..32 {
@@ -1458,7 +1458,6 @@ pub(crate) fn unpack_q4_k(w: &[u8], out: &mut Vec<Chunk32>) {
         let (d, dmin) = (half(0), half(2));
         extra[192..196].copy_from_slice(&d.to_le_bytes());
         extra[196..200].copy_from_slice(&dmin.to_le_bytes());
-        put_bytes(out, at + i * Q4KU_ROW, &quads);
         put_bytes(out, at + i * Q4KU_ROW + 32, &extra);
     }
 }
@@ -1508,15 +1507,29 @@ unsafe fn fold_pairs(u: __m512i, v: __m512i) -> __m512i {
     }
 }
 
+/// An unpacked row's block count (`row` chunks a block) and where it and
+/// each prepared group (`act` chunks a block) start, once the groups are
+/// checked to hold as many blocks: the one check that stands for a
+/// kernel's raw reads.
+fn unpacked_bases<const G: usize>(
+    uw: &[Chunk32],
+    pre: [&[Chunk32]; G],
+    row: usize,
+    act: usize,
+) -> (usize, usize, [usize; G]) {
+    let blocks = uw.len().saturating_sub(1) / row;
+    let (wat, pat) = (start(uw), pre.map(start));
+    assert!(uw.len() >= wat + blocks * row, "unpacked row");
+    for (p, &at) in pre.iter().zip(&pat) {
+        assert!(p.len() >= at + blocks * act, "prepared group");
+    }
+    (blocks, wat, pat)
+}
+
 /// One unpacked Q4_K row against `G` prepared groups of four tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q4_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
-    let blocks = uw.len().saturating_sub(1) / Q4KU_ROW;
-    let (wat, pat) = (start(uw), pre.map(start));
-    assert!(uw.len() >= wat + blocks * Q4KU_ROW, "unpacked row");
-    for (p, &at) in pre.iter().zip(&pat) {
-        assert!(p.len() >= at + blocks * Q4KU_ACT, "prepared group");
-    }
+    let (blocks, wat, pat) = unpacked_bases(uw, pre, Q4KU_ROW, Q4KU_ACT);
     let mut acc = [_mm_setzero_ps(); G];
     let mut acc_min = [_mm_setzero_ps(); G];
     for i in 0..blocks {
@@ -1740,12 +1753,7 @@ pub(crate) fn prepare_q6_k(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
 /// One unpacked Q6_K row against `G` prepared groups of four tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q6_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) -> [[f32; 4]; G] {
-    let blocks = uw.len().saturating_sub(1) / Q6KU_ROW;
-    let (wat, pat) = (start(uw), pre.map(start));
-    assert!(uw.len() >= wat + blocks * Q6KU_ROW, "unpacked row");
-    for (p, &at) in pre.iter().zip(&pat) {
-        assert!(p.len() >= at + blocks * Q6KU_ACT, "prepared group");
-    }
+    let (blocks, wat, pat) = unpacked_bases(uw, pre, Q6KU_ROW, Q6KU_ACT);
     let mut acc = [_mm_setzero_ps(); G];
     for i in 0..blocks {
         // SAFETY (all raw reads below): block i's chunks are within both
