@@ -715,17 +715,18 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     } else {
         exps.iter_mut().zip(&args).for_each(|(e, a)| *e = a.exp());
     }
+    // Each key's factors first (a select the compiler vectorizes), then
+    // the heads' running sums side by side over slices of length nk (so
+    // the loop carries no bounds checks).
+    for ((st, &e), &r) in steps.iter_mut().zip(&exps).zip(&rises) {
+        *st = if r { (e, 1.0) } else { (1.0, e) };
+    }
+    let by_head: [&[(f32, f32)]; H] = std::array::from_fn(|hh| &steps[hh * nk..][..nk]);
     let mut sum = [0f32; H];
     for i in 0..nk {
-        for (hh, sum) in sum.iter_mut().enumerate() {
-            let k = hh * nk + i;
-            let (ms, vs) = if rises[k] {
-                (exps[k], 1.0)
-            } else {
-                (1.0, exps[k])
-            };
+        for (sum, st) in sum.iter_mut().zip(&by_head) {
+            let (ms, vs) = st[i];
             *sum = sum.mul_add(ms, vs);
-            steps[k] = (ms, vs);
         }
     }
     match stats {
@@ -1269,7 +1270,6 @@ unsafe fn dots16_avx512<const H: usize>(
     dots: &mut [f32],
     base: usize,
 ) -> usize {
-    use std::arch::x86_64::*;
     let (lo, nk) = (keys.start, keys.len());
     let stride = dots.len() / H;
     assert!(dk.is_multiple_of(32) && q16.len() == H * dk && base + nk <= stride);
@@ -1281,42 +1281,86 @@ unsafe fn dots16_avx512<const H: usize>(
         (lo + 16 * blocks - 1) * k_w + off + dk <= kc.len(),
         "key rows"
     );
-    // SAFETY (the block): the asserts above cover every load and store;
-    // the caller has AVX-512 F/BW/VL.
+    // SAFETY: the asserts above cover every load and store; the caller has
+    // AVX-512 F/BW/VL.
     unsafe {
-        let qf: Vec<__m512> = q16
-            .chunks_exact(16)
-            .map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(c.as_ptr() as *const __m256i)))
-            .collect();
-        let steps = dk / 32;
+        match dk / 32 {
+            2 => dots16_body::<H, 2>(kc, k_w, off, lo, blocks, q16, dots, stride, base),
+            4 => dots16_body::<H, 4>(kc, k_w, off, lo, blocks, q16, dots, stride, base),
+            8 => dots16_body::<H, 8>(kc, k_w, off, lo, blocks, q16, dots, stride, base),
+            // Other widths key by key (the caller's loop).
+            _ => return 0,
+        }
+    }
+    16 * blocks
+}
+
+/// [`dots16_avx512`]'s loop for `S` = dk / 32: the query's registers in a
+/// fixed array and the key rows read through raw pointers, so the loop is
+/// loads, conversions and multiply-adds alone (slice indexing with the
+/// width known only at run time left a score of bounds checks per key).
+/// The caller checked that `blocks` blocks of sixteen key rows from row
+/// `lo` lie within `kc`, that `q16` holds `H * 32 * S` halves and that
+/// each head's `base + 16 * blocks` dots fit in its `stride`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dots16_body<const H: usize, const S: usize>(
+    kc: &[u16],
+    k_w: usize,
+    off: usize,
+    lo: usize,
+    blocks: usize,
+    q16: &[u16],
+    dots: &mut [f32],
+    stride: usize,
+    base: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (the block): the caller's checks cover every load and store;
+    // prefetches never fault (their addresses are only formed, wrapping).
+    unsafe {
+        let qf: [[[__m512; 2]; S]; H] = std::array::from_fn(|hh| {
+            std::array::from_fn(|st| {
+                std::array::from_fn(|x| {
+                    let at = q16.as_ptr().add(hh * 32 * S + 32 * st + 16 * x);
+                    _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i))
+                })
+            })
+        });
         // Lane 4c + e of the reduction holds key 4e + c.
         let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-        // Each key's two accumulators added, for every head.
-        let mut pairs = [[_mm512_setzero_ps(); H]; 16];
+        // Each head's sixteen keys, each key's two accumulators added.
+        let mut pairs = [[_mm512_setzero_ps(); 16]; H];
+        let kp = kc.as_ptr();
         for b in 0..blocks {
-            for (kk, pk) in pairs.iter_mut().enumerate() {
+            for kk in 0..16 {
                 let j = lo + 16 * b + kk;
-                let key = kc.as_ptr().add(j * k_w + off);
-                prefetch_row(kc, (j + KV_PREFETCH) * k_w + off, dk);
+                let key = kp.add(j * k_w + off);
+                let ahead = kp.wrapping_add((j + KV_PREFETCH) * k_w + off) as *const i8;
+                // Every line of the row, the last one too when the row
+                // does not start on a line boundary.
+                for line in 0..S {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                }
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * S - 1));
                 let mut acc = [[_mm512_setzero_ps(); 2]; H];
-                for st in 0..steps {
+                for st in 0..S {
                     let klo =
                         _mm512_cvtph_ps(_mm256_loadu_si256(key.add(32 * st) as *const __m256i));
                     let khi = _mm512_cvtph_ps(_mm256_loadu_si256(
                         key.add(32 * st + 16) as *const __m256i
                     ));
-                    for (hh, a) in acc.iter_mut().enumerate() {
-                        let q = &qf[hh * 2 * steps + 2 * st..];
-                        a[0] = _mm512_fmadd_ps(klo, q[0], a[0]);
-                        a[1] = _mm512_fmadd_ps(khi, q[1], a[1]);
+                    for (a, q) in acc.iter_mut().zip(&qf) {
+                        a[0] = _mm512_fmadd_ps(klo, q[st][0], a[0]);
+                        a[1] = _mm512_fmadd_ps(khi, q[st][1], a[1]);
                     }
                 }
-                for (p, a) in pk.iter_mut().zip(&acc) {
-                    *p = _mm512_add_ps(a[0], a[1]);
+                for (ph, a) in pairs.iter_mut().zip(&acc) {
+                    ph[kk] = _mm512_add_ps(a[0], a[1]);
                 }
             }
-            for (hh, row) in dots.chunks_exact_mut(stride).enumerate() {
-                let p: [__m512; 16] = std::array::from_fn(|k| pairs[k][hh]);
+            for (hh, p) in pairs.iter().enumerate() {
                 // Halves: [key 2m's 8 | key 2m+1's 8].
                 let v: [__m512; 8] = std::array::from_fn(|m| {
                     let (x, y) = (p[2 * m], p[2 * m + 1]);
@@ -1346,13 +1390,12 @@ unsafe fn dots16_avx512<const H: usize>(
                     _mm512_shuffle_ps::<0b11_01_11_01>(z[0], z[1]),
                 );
                 _mm512_storeu_ps(
-                    row.as_mut_ptr().add(base + 16 * b),
+                    dots.as_mut_ptr().add(hh * stride + base + 16 * b),
                     _mm512_permutexvar_ps(order, r),
                 );
             }
         }
     }
-    16 * blocks
 }
 
 /// Attention of query row `t`, head `h`, over `keys`, into `dst`
@@ -2161,6 +2204,7 @@ mod tests {
             (64, 7, 30, 6, 2),
             (64, 0, 70, 6, 1),
             (192, 0, 20, 3, 3),
+            (256, 0, 40, 4, 1),
         ] {
             let s = AttnShape {
                 n_head,
