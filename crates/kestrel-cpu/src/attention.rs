@@ -1174,21 +1174,28 @@ const KV_PREFETCH: usize = 24;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetch_row(x: &[u16], at: usize, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     if len > 0 && at + len <= x.len() {
-        // Every 64-byte line the row touches, the last one too when the row
-        // does not start on a line boundary. (A plain loop: the iterator
-        // chain this was compiled to a dozen instructions per row.)
-        let p = x.as_ptr().wrapping_add(at) as *const i8;
-        let mut off = 0;
-        while off < len {
-            // SAFETY: a prefetch never faults, and the address is inside x.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(2 * off)) };
-            off += 32;
-        }
-        // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(2 * (len - 1))) };
+        prefetch_halves(x.as_ptr().wrapping_add(at), len);
     }
+}
+
+/// Asks for every 64-byte line that `len` halves from `p` touch, the last
+/// one too when they do not start on a line boundary. (A plain loop: the
+/// iterator chain this was compiled to a dozen instructions per row.) The
+/// address is only formed, never dereferenced: it may lie anywhere.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_halves(p: *const u16, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let p = p as *const i8;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: a prefetch never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(2 * off)) };
+        off += 32;
+    }
+    // SAFETY: as above.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(2 * (len.max(1) - 1))) };
 }
 
 /// `f16_dot` for lengths that are multiples of 32 (no f64 tail), reduced in
@@ -1317,8 +1324,7 @@ unsafe fn dots16_body<const H: usize, const S: usize>(
     base: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY (the block): the caller's checks cover every load and store;
-    // prefetches never fault (their addresses are only formed, wrapping).
+    // SAFETY (the block): the caller's checks cover every load and store.
     unsafe {
         let qf: [[[__m512; 2]; S]; H] = std::array::from_fn(|hh| {
             std::array::from_fn(|st| {
@@ -1337,13 +1343,7 @@ unsafe fn dots16_body<const H: usize, const S: usize>(
             for kk in 0..16 {
                 let j = lo + 16 * b + kk;
                 let key = kp.add(j * k_w + off);
-                let ahead = kp.wrapping_add((j + KV_PREFETCH) * k_w + off) as *const i8;
-                // Every line of the row, the last one too when the row
-                // does not start on a line boundary.
-                for line in 0..S {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-                }
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * S - 1));
+                prefetch_halves(kp.wrapping_add((j + KV_PREFETCH) * k_w + off), 32 * S);
                 let mut acc = [[_mm512_setzero_ps(); 2]; H];
                 for st in 0..S {
                     let klo =
