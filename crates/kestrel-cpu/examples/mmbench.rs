@@ -2,6 +2,8 @@
 //! DRAM-sized weight matrix, in multiply-adds per second; with `prefill`, a
 //! 128-token prompt batch through Qwen2.5-0.5B-shaped Q5_0/Q4_1 matrices.
 //! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS] [prefill]
+//! (decode: ROWS sets the matrix's rows, 65536 by default, so that it
+//! comes from DRAM; a few thousand fit in L2; REPS the repetitions)
 //! (prefill: ROWS and COLS set one shape instead, NTOK the batch, REPS the
 //! repetitions, TYPES the formats)
 
@@ -24,7 +26,11 @@ fn main() {
         return;
     }
     for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
-        let (rows, cols) = (65536usize, 576usize);
+        let rows = std::env::var("ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(65536usize);
+        let cols = 576usize;
         let row: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();
@@ -41,7 +47,10 @@ fn main() {
                 .collect();
             let mut out = vec![0f32; n_tok * rows];
             matmul(w, &x, n_tok, &mut out, &pool);
-            let reps = 10;
+            let reps = std::env::var("REPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10);
             let t0 = Instant::now();
             for _ in 0..reps {
                 matmul(w, &x, n_tok, &mut out, &pool);

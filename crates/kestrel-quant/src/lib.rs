@@ -820,7 +820,8 @@ mod tests {
 
     /// The four-row kernels over a prepared group of four tokens (and of its
     /// first two) give every (row, token) the bits of the portable dot, for
-    /// odd block counts and rows that differ from each other.
+    /// odd and even block counts (Q4_1 takes blocks two at a time while four
+    /// remain, then one at a time) and rows that differ from each other.
     #[test]
     fn rows4x4_kernels_equal_portable_bit_for_bit() {
         let mut next = values(0x2545_f491_4f6c_dd1d);
@@ -833,7 +834,7 @@ mod tests {
                 continue;
             };
             let (kern, rows4) = rows4;
-            for blocks in [1usize, 3, 5, 18] {
+            for blocks in [1usize, 3, 4, 5, 8, 18] {
                 let n = blocks * 32;
                 let w: Vec<Vec<u8>> = (0..4)
                     .map(|_| {
@@ -873,7 +874,7 @@ mod tests {
             }
         }
         if crate::avx512_in_use() {
-            assert_eq!(checked, 3 * 4, "every format's kernel, four lengths");
+            assert_eq!(checked, 3 * 6, "every format's kernel, six lengths");
         }
     }
 }
