@@ -610,8 +610,9 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
     let mut i = 0;
     while i + 4 <= blocks {
         // SAFETY: (i + 4) * 20 >= i * 20 + 64, so each 64-byte read lies
-        // within its row (length checked above); AVX-512 F/BW is enabled in
-        // every caller.
+        // within its row (length checked above), and blocks i and i + 1 <
+        // blocks have their activation units within the prepared buffer
+        // (checked above); AVX-512 F/BW/VNNI is enabled in every caller.
         unsafe {
             let z = |r: usize| {
                 let at = rows[r].as_ptr().add(i * WB);
@@ -651,8 +652,9 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
         i += 2;
     }
     for i in i..blocks {
-        // SAFETY: i < blocks, so each row's block i is within its row
-        // (checked above); AVX2 and AVX-512 are enabled in every caller.
+        // SAFETY: i < blocks, so each row's block i is within its row and
+        // its activation units within the prepared buffer (both checked
+        // above); AVX2 and AVX-512 are enabled in every caller.
         unsafe {
             let at = |r: usize| rows[r].as_ptr().add(i * WB);
             let qs16 = |r: usize| _mm_loadu_si128(at(r).add(4) as *const __m128i);
