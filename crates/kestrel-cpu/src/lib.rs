@@ -77,6 +77,8 @@ pub struct CpuModel {
     /// Persistent workers (rayon: they spin briefly, then sleep), one per
     /// thread asked for; every parallel op runs on them.
     pool: rayon::ThreadPool,
+    /// The workers' relative speeds, for cutting products' bands.
+    balance: matmul::Balance,
     profiler: Profiler,
 }
 
@@ -341,6 +343,7 @@ impl CpuModel {
                 .thread_name(|i| format!("kestrel-cpu-{i}"))
                 .build()
                 .map_err(|e| LoadError::Threads(threads.max(1), e.to_string()))?,
+            balance: matmul::Balance::new(threads.max(1)),
             profiler: Profiler::default(),
         })
     }
@@ -441,7 +444,7 @@ impl CpuModel {
                 }
             })
             .collect();
-        run_products(products, &self.pool);
+        run_products(products, &self.pool, Some(&self.balance));
         if t0.is_some() {
             let mut types: Vec<String> = ws.iter().map(|w| w.info.ty.to_string()).collect();
             types.dedup();

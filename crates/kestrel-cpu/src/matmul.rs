@@ -10,6 +10,7 @@ use kestrel_quant::{
 use rayon::prelude::*;
 use rayon::ThreadPool;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A weight matrix in its stored block format: `rows` rows of `cols` elements.
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +44,7 @@ pub fn matmul(w: MatRef<'_>, x: &[f32], n_tok: usize, out: &mut [f32], pool: &Th
             out,
         }],
         pool,
+        None,
     );
 }
 
@@ -85,8 +87,10 @@ fn token_paths(w: &MatRef<'_>, seqs: &[Range<usize>]) -> Vec<DotPath> {
 
 /// Runs several products in one hand-off to the workers (q/k/v, gate/up):
 /// each product's weight rows are split into one contiguous band per worker,
-/// so every weight byte is read once, by one thread, for all tokens.
-pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
+/// so every weight byte is read once, by one thread, for all tokens. With a
+/// [`Balance`], the bands are cut in proportion to each worker's recent
+/// speed, and each worker runs the bands cut for it.
+pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool, balance: Option<&Balance>) {
     let threads = pool.current_num_threads();
     let bands = |w: &MatRef<'_>| {
         if threads <= 1 || w.data.len() < PARALLEL_MIN_BYTES {
@@ -109,19 +113,195 @@ pub fn run_products(mut products: Vec<Product<'_>>, pool: &ThreadPool) {
     // place. (A [tok][band] buffer per band, copied into place afterwards,
     // cost fresh pages to fault in and zero, and a copy on one thread: 10%
     // of a two-thread 512-token Q5_0 product.)
-    crate::fork::scope(pool, |s| {
-        for p in products.iter_mut() {
-            debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
-            let (w, acts, seqs) = (p.w, p.acts, p.seqs);
-            let band = w.rows.div_ceil(bands(&w));
-            let ranges = (0..w.rows)
+    //
+    // Worker j's bands (one of each product) go together as one share: with
+    // a job per band, the leader took its newest and the other worker its
+    // oldest, and q/k/v's unequal bands split unevenly.
+    let cuts = balance.map_or_else(|| vec![1.0; threads], |b| b.shares(threads));
+    let mut shares: Vec<Share<'_>> = (0..threads).map(|_| Share::default()).collect();
+    let mut next = 0;
+    for p in products.iter_mut() {
+        debug_assert_eq!(p.out.len(), p.acts.len() * p.w.rows);
+        let (w, acts, seqs) = (p.w, p.acts, p.seqs);
+        let n = bands(&w);
+        let ranges = if n == threads {
+            cut_rows(w.rows, &cuts)
+        } else {
+            let band = w.rows.div_ceil(n);
+            (0..w.rows)
                 .step_by(band)
-                .map(|r0| r0..(r0 + band).min(w.rows));
-            for mut b in Band::split(p.out, w.rows, ranges) {
-                s.spawn(move || rows_into(w, acts, seqs, &mut b));
+                .map(|r0| r0..(r0 + band).min(w.rows))
+                .collect()
+        };
+        for (j, out) in Band::split(p.out, w.rows, ranges.into_iter())
+            .into_iter()
+            .enumerate()
+        {
+            // (A cut may be empty: fewer rows than four a worker.)
+            if out.rows.is_empty() {
+                continue;
             }
+            // A product too small to split goes to the next share in turn.
+            let j = if n == threads {
+                j
+            } else {
+                (next + j) % threads
+            };
+            shares[j].work += out.rows.len() as f64 * w.cols as f64;
+            shares[j].jobs.push(Job { w, acts, seqs, out });
+        }
+        if n < threads {
+            next += n;
+        }
+    }
+    let slots: Vec<std::sync::Mutex<Option<Share<'_>>>> = shares
+        .into_iter()
+        .map(|s| std::sync::Mutex::new(Some(s)))
+        .collect();
+    crate::fork::scope(pool, |s| {
+        for _ in 0..threads {
+            let slots = &slots;
+            s.spawn(move || {
+                // This worker's share first, then any share no worker has
+                // taken (a worker that came late, or never).
+                let me = rayon::current_thread_index().unwrap_or(0) % threads;
+                let order = std::iter::once(me).chain((0..threads).filter(|&j| j != me));
+                for j in order {
+                    // (A poisoned lock: another job panicked, and the scope
+                    // re-raises that panic.)
+                    let Some(mut share) = slots[j].lock().ok().and_then(|mut s| s.take()) else {
+                        continue;
+                    };
+                    let t0 = std::time::Instant::now();
+                    for job in &mut share.jobs {
+                        job.run();
+                    }
+                    if let Some(b) = balance.filter(|_| j == me) {
+                        b.record(me, share.work, t0.elapsed().as_secs_f64());
+                    }
+                    break;
+                }
+            });
         }
     });
+    if let Some(b) = balance {
+        b.settle();
+    }
+}
+
+/// One worker's bands of a hand-off's products, and their size (rows x
+/// columns).
+#[derive(Default)]
+struct Share<'a> {
+    jobs: Vec<Job<'a>>,
+    work: f64,
+}
+
+/// One band of one product.
+struct Job<'a> {
+    w: MatRef<'a>,
+    acts: &'a [Vec<u8>],
+    seqs: &'a [Range<usize>],
+    out: Band<'a>,
+}
+
+impl Job<'_> {
+    fn run(&mut self) {
+        rows_into(self.w, self.acts, self.seqs, &mut self.out);
+    }
+}
+
+/// `rows` cut into one contiguous band per weight in `cuts`, in
+/// proportion, at multiples of four rows (a four-row kernel then leaves
+/// no row over in any band but the last).
+fn cut_rows(rows: usize, cuts: &[f64]) -> Vec<Range<usize>> {
+    let total: f64 = cuts.iter().sum();
+    let mut at = 0.0;
+    let mut start = 0;
+    cuts.iter()
+        .enumerate()
+        .map(|(j, &c)| {
+            at += c;
+            let end = if j + 1 == cuts.len() {
+                rows
+            } else {
+                ((rows as f64 * at / total).round() as usize / 4 * 4).clamp(start, rows)
+            };
+            let r = start..end;
+            start = end;
+            r
+        })
+        .collect()
+}
+
+/// Each worker's recent speed in a model's products: two cores of a VM
+/// can run at different speeds for seconds at a time (a neighbour on a
+/// sibling thread, the host's clocks), and with equal bands the faster
+/// worker waited at every product's end (SmolLM2 decode, two threads, in
+/// some runs: one worker finished last in 83-95% of hand-offs, its bands
+/// taking 17-30% longer; over whole runs the waits were 7-13% of the
+/// workers' time in products). Per worker, a moving average of its time
+/// per unit of work relative to the hand-off's mean; bands are cut in
+/// proportion to the inverse.
+pub struct Balance {
+    /// Per worker: the average relative cost (f64 bits; 1.0 = the mean).
+    cost: Vec<AtomicU64>,
+    /// This hand-off's measured costs (f64 bits; 0 = not measured).
+    last: Vec<AtomicU64>,
+}
+
+/// The weight of a hand-off's measurement in the moving average: about
+/// twenty hand-offs (a sixth of a SmolLM2 decode step) of memory.
+const BALANCE_ALPHA: f64 = 0.05;
+
+impl Balance {
+    pub fn new(threads: usize) -> Balance {
+        Balance {
+            cost: (0..threads)
+                .map(|_| AtomicU64::new(1f64.to_bits()))
+                .collect(),
+            last: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The workers' weights: the inverse of each one's average cost (equal
+    /// for a pool of another size).
+    fn shares(&self, threads: usize) -> Vec<f64> {
+        if threads != self.cost.len() {
+            return vec![1.0; threads];
+        }
+        self.cost
+            .iter()
+            .map(|c| 1.0 / f64::from_bits(c.load(Relaxed)))
+            .collect()
+    }
+
+    fn record(&self, worker: usize, work: f64, seconds: f64) {
+        if let Some(slot) = self.last.get(worker).filter(|_| work > 0.0) {
+            slot.store((seconds / work).to_bits(), Relaxed);
+        }
+    }
+
+    /// Folds a hand-off in where every worker ran its own share: each
+    /// worker's cost over their mean, averaged in (clamped, so one
+    /// preempted hand-off cannot swing the split far).
+    fn settle(&self) {
+        let last: Vec<f64> = self
+            .last
+            .iter()
+            .map(|l| f64::from_bits(l.swap(0, Relaxed)))
+            .collect();
+        if last.iter().any(|&c| !(c > 0.0 && c.is_finite())) {
+            return;
+        }
+        let mean = last.iter().sum::<f64>() / last.len() as f64;
+        for (avg, &c) in self.cost.iter().zip(&last) {
+            let old = f64::from_bits(avg.load(Relaxed));
+            let rel = (c / mean).clamp(0.5, 2.0);
+            let new = (old + BALANCE_ALPHA * (rel - old)).clamp(0.5, 2.0);
+            avg.store(new.to_bits(), Relaxed);
+        }
+    }
 }
 
 /// The rows `rows` of a [tok][row] output (`stride` rows per token), for
@@ -530,6 +710,141 @@ mod tests {
     fn all_rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut [f32]) {
         for mut b in Band::split(out, w.rows, std::iter::once(0..w.rows)) {
             rows_into(w, acts, seqs, &mut b);
+        }
+    }
+
+    /// Bands cut in proportion cover every row once, in order, each cut at
+    /// a multiple of four rows.
+    #[test]
+    fn cut_rows_covers_every_row_in_proportion() {
+        for (rows, cuts) in [
+            (576usize, vec![1.0, 1.0]),
+            (576, vec![1.0, 1.5]),
+            (192, vec![2.0, 1.0, 1.0]),
+            (10, vec![1.0, 1.0]),
+            (3, vec![1.0, 1.0, 1.0]),
+            (49152, vec![0.6, 1.4]),
+        ] {
+            let got = cut_rows(rows, &cuts);
+            assert_eq!(got.len(), cuts.len());
+            assert_eq!(got[0].start, 0);
+            assert_eq!(got.last().unwrap().end, rows);
+            for w in got.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "{rows} {cuts:?}: {got:?}");
+            }
+            let total: f64 = cuts.iter().sum();
+            for (r, &c) in got[..got.len() - 1].iter().zip(&cuts) {
+                assert!(r.end.is_multiple_of(4), "{rows} {cuts:?}: {got:?}");
+                let want = rows as f64 * c / total;
+                assert!(
+                    (r.len() as f64 - want).abs() <= 4.0 + want * 0.01 || rows < 16,
+                    "{rows} {cuts:?}: {got:?}"
+                );
+            }
+        }
+    }
+
+    /// A worker measured slower gets a smaller share; a hand-off where one
+    /// worker ran no share of its own leaves the averages alone.
+    #[test]
+    fn balance_moves_work_off_the_slower_worker() {
+        let b = Balance::new(2);
+        assert_eq!(b.shares(2), vec![1.0, 1.0]);
+        for _ in 0..100 {
+            b.record(0, 1000.0, 1e-3);
+            b.record(1, 1000.0, 1.5e-3);
+            b.settle();
+        }
+        let s = b.shares(2);
+        assert!(s[0] / s[1] > 1.4 && s[0] / s[1] < 1.6, "{s:?}");
+        b.record(1, 1000.0, 10e-3);
+        b.settle();
+        assert_eq!(b.shares(2), s, "one worker's time alone");
+        assert_eq!(b.shares(3), vec![1.0; 3], "another pool size");
+    }
+
+    /// Products cut unevenly for an uneven balance (q/k/v-like shapes, one
+    /// too small to split, and one whose faster worker's cut is empty) give
+    /// the single-thread bits.
+    #[test]
+    fn uneven_bands_give_the_single_thread_bits() {
+        let mut s = 5u32;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        };
+        let ty = GgmlType::Q4_1;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let balance = Balance::new(2);
+        for _ in 0..50 {
+            balance.record(0, 1.0, 1.0);
+            balance.record(1, 1.0, 1.8);
+            balance.settle();
+        }
+        // (Three rows of 35200 columns pass the size for a split; the
+        // faster worker's cut, 2 rows, rounds down to none.)
+        for (cols, shapes) in [(256usize, vec![576usize, 192, 8]), (35200, vec![3])] {
+            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+            let weights: Vec<Vec<u8>> = shapes
+                .iter()
+                .map(|&rows| {
+                    let mut data = vec![0u8; rb * rows];
+                    for row in data.chunks_exact_mut(rb) {
+                        let wf: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+                        quantize_row(ty, &wf, row);
+                    }
+                    data
+                })
+                .collect();
+            for n_tok in [1usize, 4] {
+                let x: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
+                let acts: Vec<Vec<u8>> = x
+                    .chunks_exact(cols)
+                    .map(|r| quantize_activations(ty, r))
+                    .collect();
+                let seqs: Vec<Range<usize>> = (0..n_tok).map(|t| t..t + 1).collect();
+                let mats: Vec<MatRef<'_>> = shapes
+                    .iter()
+                    .zip(&weights)
+                    .map(|(&rows, data)| MatRef {
+                        ty,
+                        rows,
+                        cols,
+                        data,
+                    })
+                    .collect();
+                let mut want: Vec<Vec<f32>> =
+                    shapes.iter().map(|&r| vec![0f32; n_tok * r]).collect();
+                for (w, out) in mats.iter().zip(want.iter_mut()) {
+                    all_rows_into(*w, &acts, &seqs, out);
+                }
+                for bal in [None, Some(&balance)] {
+                    let mut got: Vec<Vec<f32>> =
+                        shapes.iter().map(|&r| vec![0f32; n_tok * r]).collect();
+                    let products = mats
+                        .iter()
+                        .zip(got.iter_mut())
+                        .map(|(w, out)| Product {
+                            w: *w,
+                            acts: &acts,
+                            seqs: &seqs,
+                            out,
+                        })
+                        .collect();
+                    run_products(products, &pool, bal);
+                    assert_eq!(
+                        got,
+                        want,
+                        "{cols} columns, {n_tok} tokens, balance {}",
+                        bal.is_some()
+                    );
+                }
+            }
         }
     }
 
