@@ -706,6 +706,17 @@ mod tests {
     use super::*;
     use kestrel_quant::{dequantize_row, quantize_row};
 
+    /// Xorshift values in [-0.5, 0.5) from `seed`.
+    fn values(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        }
+    }
+
     /// Every row of `w` on the calling thread, as one band.
     fn all_rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut [f32]) {
         for mut b in Band::split(out, w.rows, std::iter::once(0..w.rows)) {
@@ -768,13 +779,7 @@ mod tests {
     /// the single-thread bits.
     #[test]
     fn uneven_bands_give_the_single_thread_bits() {
-        let mut s = 5u32;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        };
+        let mut rnd = values(5);
         let ty = GgmlType::Q4_1;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -854,13 +859,7 @@ mod tests {
     #[test]
     fn decode_streams_give_each_row_its_own_dot() {
         let cols = 512usize;
-        let mut s = 11u32;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        };
+        let mut rnd = values(11);
         let x: Vec<f32> = (0..cols).map(|_| rnd()).collect();
         for ty in [
             GgmlType::Q4_0,
@@ -905,13 +904,7 @@ mod tests {
     fn prompt_batches_give_every_token_its_one_row_bits() {
         // 40 rows: Q4_K's repacked path (rows a multiple of 8) in 3 tiles.
         let (rows, max_cols) = (40usize, 512usize);
-        let mut s = 11u32;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        };
+        let mut rnd = values(11);
         let wf: Vec<f32> = (0..rows * max_cols).map(|_| rnd()).collect();
         let x: Vec<f32> = (0..37 * max_cols).map(|_| rnd() * 4.0).collect();
         for ty in [
@@ -970,13 +963,7 @@ mod tests {
     #[test]
     fn threaded_matmul_equals_single_thread_and_dequantized_reference() {
         let (rows, cols, n_tok) = (96usize, 512usize, 3usize);
-        let mut s = 7u32;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        };
+        let mut rnd = values(7);
         let wf: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
         let x: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
         for ty in [
