@@ -45,7 +45,7 @@ fn main() {
                         logits: Logits::Last,
                     })
                     .collect();
-                model.forward_batch(&mut inputs);
+                model.forward_batch_map(&mut inputs, |_, l| l[0]);
             }
         };
         run(4, 32);

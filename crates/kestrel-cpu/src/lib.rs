@@ -79,6 +79,11 @@ pub struct CpuModel {
     pool: rayon::ThreadPool,
     /// The workers' relative speeds, for cutting products' bands.
     balance: matmul::Balance,
+    /// The last pass's logits buffer, taken by the next pass: at four
+    /// sequences a fresh one cost zeroing 0.8 MB (SmolLM2's vocabulary) and
+    /// the split into one vector a sequence copying it again, 0.2-0.3 ms a
+    /// step on the leading worker while the others waited.
+    logits: Mutex<Vec<f32>>,
     profiler: Profiler,
 }
 
@@ -344,6 +349,7 @@ impl CpuModel {
                 .build()
                 .map_err(|e| LoadError::Threads(threads.max(1), e.to_string()))?,
             balance: matmul::Balance::new(threads.max(1)),
+            logits: Mutex::new(Vec::new()),
             profiler: Profiler::default(),
         })
     }
@@ -419,6 +425,19 @@ impl CpuModel {
         seqs: &[Range<usize>],
     ) -> [Vec<f32>; N] {
         let n_tok = seqs.last().map_or(0, |s| s.end);
+        let mut outs = ws.map(|w| vec![0f32; n_tok * w.rows]);
+        self.mm_shared_into(ws, x, seqs, outs.each_mut().map(|o| o.as_mut_slice()));
+        outs
+    }
+
+    /// [`CpuModel::mm_shared`] into the given outputs ([tok][row] each).
+    fn mm_shared_into<const N: usize>(
+        &self,
+        ws: [&Weight; N],
+        x: &[f32],
+        seqs: &[Range<usize>],
+        mut outs: [&mut [f32]; N],
+    ) {
         let t0 = self.profiler.tick();
         let mut cache: Vec<(GgmlType, Vec<Vec<u8>>)> = Vec::new();
         for w in ws {
@@ -429,7 +448,6 @@ impl CpuModel {
         }
         self.profiler.tock(t0, "quantize activations", 0);
         let t0 = self.profiler.tick();
-        let mut outs = ws.map(|w| vec![0f32; n_tok * w.rows]);
         let products = ws
             .iter()
             .zip(outs.iter_mut())
@@ -452,7 +470,6 @@ impl CpuModel {
             self.profiler
                 .tock(t0, &format!("matmul {}", types.join("+")), bytes);
         }
-        outs
     }
 
     /// Runs `tokens` at positions `pos0..`, appending their keys and values to
@@ -503,7 +520,14 @@ impl CpuModel {
     /// sequence gets the same bits batched as alone. The caller keeps every
     /// sequence non-empty and within its cache, as for [`CpuModel::forward`].
     pub fn forward_batch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
-        self.forward_batch_map(seqs, |_, logits| logits)
+        self.pass(seqs, |_, buf, spans| {
+            // One sequence owns the whole buffer: it is the result (a copy
+            // was 0.6-1 MB a step at Qwen2.5's and Gemma-3's vocabularies).
+            if spans.len() == 1 && spans[0] == (0..buf.len()) {
+                return vec![buf];
+            }
+            spans.iter().map(|r| buf[r.clone()].to_vec()).collect()
+        })
     }
 
     /// [`CpuModel::forward_batch`], then `each(i, logits)` for every
@@ -516,8 +540,37 @@ impl CpuModel {
     pub fn forward_batch_map<R, F>(&self, seqs: &mut [SeqInput<'_>], each: F) -> Vec<R>
     where
         R: Send,
-        F: Fn(usize, Vec<f32>) -> R + Sync,
+        F: Fn(usize, &[f32]) -> R + Sync,
     {
+        self.pass(seqs, |model, buf, spans| {
+            let mut results: Vec<Option<R>> = spans.iter().map(|_| None).collect();
+            let (each, logits) = (&each, &buf);
+            fork::scope(&model.pool, |s| {
+                for ((i, r), slot) in spans.iter().enumerate().zip(&mut results) {
+                    s.spawn(move || *slot = Some(each(i, &logits[r.clone()])));
+                }
+            });
+            // Kept for the next pass, unless a prompt's every row made it
+            // large.
+            if buf.capacity() <= KEEP_LOGITS {
+                *model.logits.lock().unwrap_or_else(|e| e.into_inner()) = buf;
+            }
+            results
+                .into_iter()
+                .map(|r| r.expect("every sequence's job ran"))
+                .collect()
+        })
+    }
+
+    /// One pass over `seqs` on the pool (see [`CpuModel::forward_batch_map`]
+    /// for why its leader is a worker), then `finish(self, logits, spans)`
+    /// on the leader while the other workers still spin: the logits of
+    /// every wanted row in one buffer, and each sequence's part of it.
+    fn pass<R: Send>(
+        &self,
+        seqs: &mut [SeqInput<'_>],
+        finish: impl FnOnce(&CpuModel, Vec<f32>, Vec<Range<usize>>) -> R + Send,
+    ) -> R {
         // The whole pass runs on a pool worker: its parallel ops then split
         // work in place (the other workers steal it) instead of waking a
         // worker and putting this thread to sleep for every op. Always the
@@ -530,27 +583,16 @@ impl CpuModel {
         let leader = self.pool.current_thread_index().unwrap_or(0);
         let done = AtomicBool::new(false);
         let seqs = Mutex::new(seqs);
+        let finish = Mutex::new(Some(finish));
         let mut led = self.pool.broadcast(|ctx| {
             if ctx.index() == leader {
                 // Set on the way out, by unwinding too: the broadcast waits
                 // for the spinners, which wait for this.
                 let _finish = SetOnDrop(&done);
                 let mut seqs = seqs.lock().unwrap_or_else(|e| e.into_inner());
-                // One sequence is not split: it runs right here.
-                let logits = self.forward_dispatch(&mut seqs);
-                let mut results: Vec<Option<R>> = logits.iter().map(|_| None).collect();
-                let each = &each;
-                fork::scope(&self.pool, |s| {
-                    for ((i, l), slot) in logits.into_iter().enumerate().zip(&mut results) {
-                        s.spawn(move || *slot = Some(each(i, l)));
-                    }
-                });
-                Some(
-                    results
-                        .into_iter()
-                        .map(|r| r.expect("every sequence's job ran"))
-                        .collect(),
-                )
+                let (buf, spans) = self.forward_dispatch(&mut seqs);
+                let finish = finish.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Some(finish.expect("one leader")(self, buf, spans))
             } else {
                 keep_warm(&done);
                 None
@@ -568,7 +610,7 @@ impl CpuModel {
         self.pool.install(f)
     }
 
-    fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+    fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
         #[cfg(target_arch = "x86_64")]
         if kestrel_quant::avx2_in_use() {
             // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
@@ -582,12 +624,14 @@ impl CpuModel {
     /// instead of a libm call. Same operations, same bits.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_avx2(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+    unsafe fn forward_avx2(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
         self.forward_impl(seqs)
     }
 
+    /// The pass: the wanted rows' logits in one buffer (taken from
+    /// `self.logits`), and each sequence's part of it.
     #[inline(always)]
-    fn forward_impl(&self, seqs: &mut [SeqInput<'_>]) -> Vec<Vec<f32>> {
+    fn forward_impl(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
         let hp = &self.spec.hparams;
         let blk = &self.spec.block;
         assert!(!seqs.is_empty(), "forward needs at least one sequence");
@@ -858,31 +902,36 @@ impl CpuModel {
         // After the last layer `x` holds only the wanted rows, in order.
         let mut normed = vec![0f32; n_tok * e];
         ops::rms_norm_rows(&x, &self.output_norm, hp.rms_eps, &mut normed);
-        let mut logits = self.mm(&self.output, &normed, &spans);
+        let nv = self.output.rows;
+        // Every element is written by the product: a buffer of the same
+        // size as the last pass's is reused as it stands.
+        let mut logits =
+            std::mem::take(&mut *self.logits.lock().unwrap_or_else(|e| e.into_inner()));
+        logits.resize(n_tok * nv, 0.0);
+        self.mm_shared_into([&self.output], &normed, &spans, [&mut logits]);
         if hp.final_logit_softcap > 0.0 {
             ops::softcap(&mut logits, hp.final_logit_softcap);
         }
-        // One sequence owns every row: its logits are the buffer itself (a
-        // copy was 0.6-1 MB a step at Qwen2.5's and Gemma-3's vocabularies).
-        if seqs.len() == 1 {
-            return vec![logits];
-        }
-        let nv = self.output.rows;
-        let mut rest = &logits[..];
-        seqs.iter()
+        let mut at = 0;
+        let parts = seqs
+            .iter()
             .zip(&spans)
             .map(|(s, span)| {
                 let rows = match s.logits {
                     Logits::Last => 1,
                     Logits::All => span.len(),
                 };
-                let (mine, tail) = rest.split_at(rows * nv);
-                rest = tail;
-                mine.to_vec()
+                at += rows * nv;
+                at - rows * nv..at
             })
-            .collect()
+            .collect();
+        (logits, parts)
     }
 }
+
+/// Most logits (floats) a model keeps between passes: decode steps of
+/// several sequences at a large vocabulary (16 MB).
+const KEEP_LOGITS: usize = 1 << 22;
 
 /// The cells of llama.cpp's sliding-window cache for a context of `n_ctx`
 /// (`llama_kv_cache_iswa`: the window plus a micro-batch, at most the

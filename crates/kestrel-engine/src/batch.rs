@@ -400,7 +400,7 @@ impl<'e> Batch<'e> {
             .model
             .forward_batch_map(&mut inputs, |i, logits| {
                 let mut draw = draws[i].lock().unwrap_or_else(|e| e.into_inner());
-                draw.as_mut().map(|d| d.take(&logits))
+                draw.as_mut().map(|d| d.take(logits))
             });
         drop(inputs);
         drop(draws);
