@@ -14,7 +14,8 @@ token of any stream to the last of any: it also counts the step that
 prefilled the later streams' prompts and the tail where fewer streams run.
 With one stream the two are the same. Each level runs --reps times, the
 levels taking turns within each repetition; the tables show the mean and
-the sample standard deviation, and the speed-up over one stream. With
+the sample standard deviation, and the speed-up over one stream (of the
+means, and the median of each repetition's own ratio). With
 --peer LLAMA_SERVER the same measurement runs against llama.cpp's
 llama-server (same model, slots, context and threads) and a last table
 compares the two. Python standard library only.
@@ -172,7 +173,8 @@ def measure(cmd, levels, n_tokens, reps):
 
         def stats(xs):
             return statistics.mean(xs), statistics.stdev(xs) if reps > 1 else 0.0
-        return [(n, *stats([r[0] for r in rates[n]]), *stats([r[1] for r in rates[n]]))
+        return [(n, *stats([r[0] for r in rates[n]]), *stats([r[1] for r in rates[n]]),
+                 [r[0] for r in rates[n]])
                 for n in levels]
     finally:
         proc.terminate()
@@ -180,13 +182,20 @@ def measure(cmd, levels, n_tokens, reps):
 
 
 def table(name, rows):
-    base, base_all = rows[0][1], rows[0][3]
+    """The rows of `measure`. "vs 1 stream" divides the means; "per run"
+    divides each repetition's rate by the single stream's of the same
+    repetition (measured a few seconds apart, so a shared machine's slow
+    and fast minutes cancel more than they do between the means) and
+    gives their median and range."""
+    base, base_all, base_runs = rows[0][1], rows[0][3], rows[0][5]
     print(f"\n{name}")
     print("| streams | aggregate decode t/s | per stream t/s | vs 1 stream "
-          "| first to last token t/s | vs 1 stream |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for n, mean, sd, mean_all, sd_all in rows:
+          "| per run: median (range) | first to last token t/s | vs 1 stream |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, mean, sd, mean_all, sd_all, runs in rows:
+        ratios = [r / b for r, b in zip(runs, base_runs)]
         print(f"| {n} | {mean:.1f} ± {sd:.1f} | {mean / n:.1f} | {mean / base:.2f}x "
+              f"| {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
               f"| {mean_all:.1f} ± {sd_all:.1f} | {mean_all / base_all:.2f}x |")
 
 
