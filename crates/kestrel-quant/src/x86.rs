@@ -281,7 +281,7 @@ fn decode_kernels(path: DotPath, ty: T) -> Option<(VecDotRows4Fn, crate::VecDotB
     let vnni = crate::simd::vnni_available();
     let wide = wide::available();
     Some(match (path, ty) {
-        (DotPath::VecDot, T::Q4_1) if wide => (wide::rows4z_q4_1, wide::band_q4_1),
+        (DotPath::VecDot, T::Q4_1) if wide => (wide::rows4a_q4_1, wide::banda_q4_1),
         (DotPath::VecDot, T::Q5_0) if wide => (wide::rows4z_q5_0, wide::band_q5_0),
         (DotPath::VecDot, T::Q4_0) if vnni => (rows4v_q4_0, bandv_q4_0),
         (DotPath::VecDot, T::Q4_1) if vnni => (rows4v_q4_1, bandv_q4_1),
@@ -476,7 +476,7 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
     let mut all = builds(avx2, vnni);
     if wide::available() {
         match ty {
-            T::Q4_1 => all.push(wide::rows4z_q4_1),
+            T::Q4_1 => all.push(wide::rows4a_q4_1),
             T::Q5_0 => all.push(wide::rows4z_q5_0),
             _ => {}
         }
