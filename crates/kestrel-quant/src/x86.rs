@@ -312,20 +312,8 @@ macro_rules! band {
         pub(crate) fn $name(w: &[u8], a: &[u8], out: &mut [f32]) {
             #[target_feature(enable = $features)]
             unsafe fn body(w: &[u8], a: &[u8], out: &mut [f32]) {
-                let q = out.len() / 4;
-                let rb = w.len().checked_div(out.len()).unwrap_or(0);
-                assert!(
-                    out.len() == 4 * q && w.len() == rb * out.len(),
-                    "a band of four quarters"
-                );
-                for k in 0..q {
-                    let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
-                    // SAFETY: this function has the body's target features.
-                    let v = unsafe { $body([row(0), row(1), row(2), row(3)], a) };
-                    for (j, v) in v.into_iter().enumerate() {
-                        out[j * q + k] = v;
-                    }
-                }
+                // SAFETY: this function has the body's target features.
+                $crate::x86::band_loop!(w, out, |rows| unsafe { $body(rows, a) });
             }
             // SAFETY: handed out only after the features were detected
             // (`band_dot`).
@@ -334,6 +322,31 @@ macro_rules! band {
     };
 }
 pub(crate) use band;
+
+/// The loop of a band kernel, written out in the caller (which has the
+/// kernel's target features): for every k, rows k, q + k, 2q + k and
+/// 3q + k of `w`'s four quarters through `$four`, whose four results go to
+/// the same places of `out`.
+macro_rules! band_loop {
+    ($w:expr, $out:expr, |$rows:ident| $four:expr) => {{
+        let (w, out): (&[u8], &mut [f32]) = ($w, $out);
+        let q = out.len() / 4;
+        let rb = w.len().checked_div(out.len()).unwrap_or(0);
+        assert!(
+            out.len() == 4 * q && w.len() == rb * out.len(),
+            "a band of four quarters"
+        );
+        for k in 0..q {
+            let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
+            let $rows = [row(0), row(1), row(2), row(3)];
+            let v: [f32; 4] = $four;
+            for (j, v) in v.into_iter().enumerate() {
+                out[j * q + k] = v;
+            }
+        }
+    }};
+}
+pub(crate) use band_loop;
 
 /// The legacy formats' band kernels (AVX2, and AVX-VNNI's lane sums).
 macro_rules! legacy_bands {

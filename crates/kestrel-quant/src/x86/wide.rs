@@ -840,20 +840,9 @@ pub(crate) fn rows4a_q4_1(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
 pub(crate) fn banda_q4_1(w: &[u8], a: &[u8], out: &mut [f32]) {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn body(w: &[u8], pre: &[Chunk32], out: &mut [f32]) {
-        let q = out.len() / 4;
-        let rb = w.len().checked_div(out.len()).unwrap_or(0);
-        assert!(
-            out.len() == 4 * q && w.len() == rb * out.len(),
-            "a band of four quarters"
-        );
-        for k in 0..q {
-            let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
-            // SAFETY: this function has the kernel's features.
-            let v = unsafe { q4_1_rows4_across::<1>([row(0), row(1), row(2), row(3)], pre) };
-            for (j, v) in v.into_iter().enumerate() {
-                out[j * q + k] = v[0];
-            }
-        }
+        // SAFETY: this function has the kernel's features.
+        super::band_loop!(w, out, |rows| unsafe { q4_1_rows4_across::<1>(rows, pre) }
+            .map(|r| r[0]));
     }
     PREPARED.with_borrow_mut(|pre| {
         prepare_one_q4_1(a, pre);
