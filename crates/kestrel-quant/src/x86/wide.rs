@@ -62,9 +62,8 @@ fn start(v: &[Chunk32]) -> usize {
     usize::from(!(v.as_ptr() as usize).is_multiple_of(64))
 }
 
-/// Up to four Q8_0/Q8_1 rows in the layout above (a token not given
-/// keeps zeros).
-fn prepare<F: Legacy>(a: &[&[u8]], out: &mut Vec<Chunk32>) {
+/// Four Q8_0/Q8_1 rows in the layout above.
+fn prepare<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     // Q8_1 (d, s, quants) pairs with the unsigned formats.
     let block = if F::SIGNED { 34 } else { 36 };
     let blocks = a[0].len() / block;
@@ -136,12 +135,12 @@ fn prepare_one_q4_1(a: &[u8], out: &mut Vec<Chunk32>) {
 }
 
 pub(crate) fn prepare_q4_1(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
-    prepare::<Q41>(&a, out);
+    prepare::<Q41>(a, out);
 }
 
 /// For both signed formats (Q5_0, Q8_0: Q8_0 activations either way).
 pub(crate) fn prepare_signed(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
-    prepare::<Q50>(&a, out);
+    prepare::<Q50>(a, out);
 }
 
 /// Signed rows (Q5_0, Q8_0) for `dot8`: B blocks of signed quants, then B
