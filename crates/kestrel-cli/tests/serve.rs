@@ -665,6 +665,16 @@ fn serve_unknown_flag_is_named() {
     assert!(err.contains("--frobnicate"), "{err}");
 }
 
+/// Opens a completion on a new connection and checks its 200 (a stream's
+/// head comes before its first token, even while it waits in the queue).
+fn open_completion(port: u16, body: &str) -> BufReader<TcpStream> {
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let (r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+    assert_eq!(status, 200, "{body}");
+    r
+}
+
 /// The value of one metric in `/metrics` text.
 fn metric(port: u16, name: &str) -> f64 {
     let text = request(port, "GET", "/metrics", "").text();
@@ -681,13 +691,7 @@ fn serve_queue_full_and_shutdown_mid_stream() {
     let long = json!({"prompt": "Once upon a time", "max_tokens": 400, "stream": true,
         "ignore_eos": true, "temperature": 0})
     .to_string();
-    let open = || {
-        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let (r, status, _) = send(c, "POST", "/v1/completions", &[], long.as_bytes()).unwrap();
-        assert_eq!(status, 200);
-        r
-    };
+    let open = || open_completion(port, &long);
     // A generates (its first token has arrived), B waits in the queue ...
     let mut a = open();
     let first = next_chunk(&mut a).unwrap().unwrap();
@@ -741,6 +745,51 @@ fn serve_queue_full_and_shutdown_mid_stream() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A request whose client leaves while it waits in the queue gives its
+/// place back at the next step, not when a slot comes free: the queue
+/// full of such requests answered every live client 503 while the slots
+/// stayed busy.
+#[test]
+fn serve_queued_requests_of_departed_clients_free_their_places() {
+    let s = start_ctx("4096", &["--max-queue", "2", "--metrics", "-np", "1"]);
+    let port = s.port;
+    // A holds the only slot for far longer than the test waits.
+    let long = json!({"prompt": "Once upon a time", "max_tokens": 3000, "stream": true,
+        "ignore_eos": true, "temperature": 0})
+    .to_string();
+    let mut a = open_completion(port, &long);
+    assert!(next_chunk(&mut a).unwrap().unwrap().starts_with(b"data: "));
+    // Two more fill the queue (no reply yet: they wait for the slot) ...
+    let body = br#"{"prompt":"Hi","max_tokens":1}"#;
+    let queued: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let head = format!(
+                "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            c.write_all(head.as_bytes()).unwrap();
+            c.write_all(body).unwrap();
+            c
+        })
+        .collect();
+    let wait_for = |want: f64, what: &str| {
+        let t0 = Instant::now();
+        while metric(port, "requests_deferred") != want {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(2.0, "the two requests never queued");
+    // ... and leave: their places come back while A still runs, and a new
+    // client is queued (its stream opens) instead of turned away.
+    drop(queued);
+    wait_for(0.0, "the departed clients' requests still hold the queue");
+    assert_eq!(metric(port, "requests_processing"), 1.0, "A still runs");
+    // (A live client after the departed ones.)
+    open_completion(port, &long);
 }
 
 #[test]
@@ -953,10 +1002,7 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
     let body = json!({"prompt": "Count slowly: one, two,", "max_tokens": 200, "stream": true,
         "ignore_eos": true, "temperature": 0})
     .to_string();
-    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
-    assert_eq!(status, 200);
+    let mut r = open_completion(port, &body);
     for _ in 0..3 {
         assert!(next_chunk(&mut r).unwrap().is_some());
     }

@@ -74,7 +74,7 @@ pub fn serve(config: ServeConfig) -> Result<()> {
 }
 
 async fn run(config: ServeConfig) -> Result<()> {
-    let (queue, jobs) = std::sync::mpsc::sync_channel(config.queue);
+    let (queue, jobs) = std::sync::mpsc::channel();
     let model = config.model.clone();
     let shared = Arc::new(Shared {
         config,

@@ -4,14 +4,15 @@
 //! it takes queued jobs into free slots and cancels sequences whose client
 //! has gone (the event receiver was dropped), then runs one batched step for
 //! every running sequence. Jobs wait in a bounded queue while every slot is
-//! busy. A job's tokens go back over a channel. With `--device gpu` the
+//! busy; one whose client leaves gives up its place at the next step. A
+//! job's tokens go back over a channel. With `--device gpu` the
 //! model is also uploaded to the GPU here and the batch steps there.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kestrel_engine::{
@@ -75,7 +76,9 @@ pub struct Metrics {
     pub predicted_tokens: AtomicU64,
     pub predicted_us: AtomicU64,
     pub requests: AtomicU64,
-    /// Jobs in the queue, not yet started.
+    /// Jobs in the queue, not yet started: the queue's bound counts these
+    /// (places are taken in `submit`, given back when the engine thread
+    /// starts or drops a job).
     pub deferred: AtomicUsize,
     /// Sequences running in the batch.
     pub processing: AtomicUsize,
@@ -87,7 +90,7 @@ pub struct Metrics {
 pub struct Shared {
     pub config: ServeConfig,
     pub state: RwLock<LoadState>,
-    pub queue: SyncSender<Job>,
+    pub queue: Sender<Job>,
     pub shutdown: AtomicBool,
     pub metrics: Metrics,
     /// The slots as of the last step, for `/slots`.
@@ -116,25 +119,27 @@ impl Shared {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(ApiError::unavailable("the server is shutting down"));
         }
+        // A place in the queue first: the channel itself is unbounded, so
+        // that the engine thread can take out the jobs whose client left
+        // (a bounded channel held their places until a slot came free).
+        let waiting = self.metrics.deferred.fetch_add(1, Ordering::SeqCst);
+        if waiting >= self.config.queue {
+            self.metrics.deferred.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::unavailable(format!(
+                "the server is busy: {} requests are already waiting",
+                self.config.queue
+            )));
+        }
         let (events, rx) = unbounded_channel();
-        self.metrics.deferred.fetch_add(1, Ordering::SeqCst);
-        let sent = self.queue.try_send(Job {
+        let sent = self.queue.send(Job {
             prompt,
             params,
             cache_prompt,
             events,
         });
-        if let Err(e) = sent {
+        if sent.is_err() {
             self.metrics.deferred.fetch_sub(1, Ordering::SeqCst);
-            return Err(match e {
-                TrySendError::Full(_) => ApiError::unavailable(format!(
-                    "the server is busy: {} requests are already waiting",
-                    self.config.queue
-                )),
-                TrySendError::Disconnected(_) => {
-                    ApiError::unavailable("the generation thread has stopped")
-                }
-            });
+            return Err(ApiError::unavailable("the generation thread has stopped"));
         }
         Ok(rx)
     }
@@ -229,6 +234,7 @@ fn serve_jobs<'e>(
         }
     };
     let mut running: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
+    let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut next_id = 0u64;
     loop {
         let stopping = shared.shutdown.load(Ordering::SeqCst);
@@ -245,25 +251,36 @@ fn serve_jobs<'e>(
                 }
             }
         }
-        // Queued jobs into free slots; with nothing running, wait for one.
+        // The jobs queued since the last step join the waiting line; those
+        // whose client left while waiting (all, at a shutdown) leave it,
+        // and with them their places in the queue; dropping a job's sender
+        // tells a handler that still waits.
+        while let Ok(job) = jobs.try_recv() {
+            waiting.push_back(job);
+        }
+        let before = waiting.len();
+        waiting.retain(|job| !stopping && !job.events.is_closed());
+        m.deferred
+            .fetch_sub(before - waiting.len(), Ordering::SeqCst);
+        // Waiting jobs into free slots; with nothing running, wait for one.
         while batch.has_free_slot() {
-            let job = if batch.is_idle() {
-                // `/slots` and `/metrics` show the slots freed above before
-                // the loop sleeps: they read what was last published.
-                publish(shared, &batch);
-                match jobs.recv() {
-                    Ok(j) => j,
-                    Err(_) => return,
+            let job = match waiting.pop_front() {
+                Some(job) => job,
+                None if batch.is_idle() => {
+                    // `/slots` and `/metrics` show the slots freed above
+                    // before the loop sleeps: they read what was last
+                    // published.
+                    publish(shared, &batch);
+                    match jobs.recv() {
+                        Ok(j) => j,
+                        Err(_) => return,
+                    }
                 }
-            } else {
-                match jobs.try_recv() {
-                    Ok(j) => j,
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+                None => break,
             };
             m.deferred.fetch_sub(1, Ordering::SeqCst);
-            // A client that left while waiting, or a shutdown, skips the
-            // job; dropping its sender tells a waiting handler.
+            // (A job that came in while the loop slept, from a client that
+            // left or at a shutdown, is skipped here.)
             if shared.shutdown.load(Ordering::SeqCst) || job.events.is_closed() {
                 continue;
             }
