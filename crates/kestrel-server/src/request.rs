@@ -71,6 +71,71 @@ fn get_f32(o: &Obj, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiErro
     Ok(Some(x as f32))
 }
 
+/// The request's stop strings (`stop`: one or an array), within the caps.
+fn stop_strings(o: &Obj) -> Result<Vec<String>, ApiError> {
+    let stop: Vec<String> = match field(o, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| wrong("stop[]", "a string", v))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
+    };
+    // Every stop string is looked for after every token, on the thread
+    // that steps every slot: hundreds of thousands of them slowed all the
+    // running requests 50 ms a step.
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::bad_request(format!(
+            "'stop' may hold at most {MAX_STOPS} strings, got {}",
+            stop.len()
+        )));
+    }
+    if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::bad_request(format!(
+            "a stop string may be at most {MAX_STOP_BYTES} bytes long, got one of {}",
+            long.len()
+        )));
+    }
+    Ok(stop)
+}
+
+/// The tokens a request asks for (`n_predict`, `max_tokens`,
+/// `max_completion_tokens`; -1 for no limit). Where it gives several, the
+/// tightest holds, whatever their order.
+fn requested_n_predict(o: &Obj) -> Result<i64, ApiError> {
+    let mut n_predict = -1i64;
+    for name in ["n_predict", "max_tokens", "max_completion_tokens"] {
+        if let Some(n) = get_int(o, name, -1, i64::from(u32::MAX))? {
+            if n >= 0 && (n_predict < 0 || n < n_predict) {
+                n_predict = n;
+            }
+        }
+    }
+    Ok(n_predict)
+}
+
+/// Most stop strings a request may give (OpenAI's API takes 4).
+const MAX_STOPS: usize = 64;
+
+/// Longest stop string, in bytes.
+const MAX_STOP_BYTES: usize = 1024;
+
+/// `repeat_penalty`: logits are divided by it, so it must be above 0.
+fn repeat_penalty(o: &Obj) -> Result<Option<f32>, ApiError> {
+    let p = get_f32(o, "repeat_penalty", 0.0, 100.0)?;
+    if p.is_some_and(|p| p <= 0.0) {
+        return Err(ApiError::bad_request(
+            "'repeat_penalty' must be above 0 (1 leaves the logits as they are)",
+        ));
+    }
+    Ok(p)
+}
+
 /// An integer within `lo..=hi`.
 pub fn get_int(o: &Obj, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
     let Some(v) = field(o, name) else {
@@ -81,6 +146,13 @@ pub fn get_int(o: &Obj, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, Api
         // 3.0 is an integer to most JSON writers; 3.5 is not.
         None => match v.as_f64() {
             Some(f) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
+            // A whole number past i64 (an u64, 1e300) is out of range, not
+            // of the wrong type.
+            Some(f) if f.fract() == 0.0 => {
+                return Err(ApiError::bad_request(format!(
+                    "'{name}' must be between {lo} and {hi}, got {v}"
+                )))
+            }
             _ => return Err(wrong(name, "an integer", v)),
         },
     };
@@ -123,12 +195,16 @@ pub fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
         }
     }
     if let Some(rf) = field(o, "response_format") {
-        let t = rf
+        let rf = rf
             .as_object()
-            .ok_or_else(|| wrong("response_format", "an object", rf))?
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+            .ok_or_else(|| wrong("response_format", "an object", rf))?;
+        let t = match rf.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            Some(v) => return Err(wrong("response_format.type", "a string", v)),
+            None => return Err(ApiError::bad_request(
+                "'response_format' needs a 'type' (\"text\", \"json_object\" or \"json_schema\")",
+            )),
+        };
         match t {
             "text" => {}
             "json_object" | "json_schema" => {
@@ -197,12 +273,7 @@ pub fn gen_request(
     if let Some(m) = field(o, "model") {
         m.as_str().ok_or_else(|| wrong("model", "a string", m))?;
     }
-    let mut n_predict = -1i64;
-    for name in ["n_predict", "max_tokens", "max_completion_tokens"] {
-        if let Some(n) = get_int(o, name, -1, i64::from(u32::MAX))? {
-            n_predict = n;
-        }
-    }
+    let mut n_predict = requested_n_predict(o)?;
     if server_n_predict >= 0 && (n_predict < 0 || n_predict > server_n_predict) {
         n_predict = server_n_predict;
     }
@@ -218,8 +289,7 @@ pub fn gen_request(
         top_p: get_f32(o, "top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
         min_p: get_f32(o, "min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
         seed,
-        repeat_penalty: get_f32(o, "repeat_penalty", f32::MIN_POSITIVE, 100.0)?
-            .unwrap_or(d.repeat_penalty),
+        repeat_penalty: repeat_penalty(o)?.unwrap_or(d.repeat_penalty),
         repeat_last_n: get_int(o, "repeat_last_n", -1, i64::from(i32::MAX))?
             .map_or(d.repeat_last_n, |n| n as i32),
         frequency_penalty: get_f32(o, "frequency_penalty", -2.0, 2.0)?
@@ -227,19 +297,7 @@ pub fn gen_request(
         presence_penalty: get_f32(o, "presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
         logit_bias: logit_bias(o, n_vocab)?,
     };
-    let stop = match field(o, "stop") {
-        None => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| wrong("stop[]", "a string", v))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
-    };
+    let stop = stop_strings(o)?;
     let stream = get_bool(o, "stream")?.unwrap_or(false);
     let include_usage = match field(o, "stream_options") {
         None => false,
@@ -324,9 +382,18 @@ fn logit_bias(o: &Obj, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
             .iter()
             .map(|pair| match pair.as_array().map(Vec::as_slice) {
                 Some([id, b]) => {
-                    let id = id
-                        .as_i64()
-                        .ok_or_else(|| wrong("logit_bias token id", "an integer", id))?;
+                    let id = match (id.as_i64(), id.is_u64()) {
+                        (Some(id), _) => id,
+                        // Past i64: outside any vocabulary.
+                        (None, true) => {
+                            return Err(ApiError::bad_request(format!(
+                                "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
+                            )))
+                        }
+                        (None, false) => {
+                            return Err(wrong("logit_bias token id", "an integer", id))
+                        }
+                    };
                     Ok((check_id(id)?, bias(b)?))
                 }
                 _ => Err(ApiError::bad_request(
@@ -528,6 +595,63 @@ mod tests {
     }
 
     #[test]
+    fn whole_numbers_past_i64_are_out_of_range_not_the_wrong_type() {
+        let o = obj(json!({"n": 18446744073709551615u64, "m": 1e300, "f": -1e19}));
+        for name in ["n", "m", "f"] {
+            let e = get_int(&o, name, -1, 10).unwrap_err();
+            assert!(
+                e.message
+                    .contains(&format!("'{name}' must be between -1 and 10")),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn repeat_penalty_must_be_above_zero() {
+        let e = repeat_penalty(&obj(json!({"repeat_penalty": 0}))).unwrap_err();
+        assert!(e.message.contains("must be above 0"), "{}", e.message);
+        let e = repeat_penalty(&obj(json!({"repeat_penalty": -1}))).unwrap_err();
+        assert!(e.message.contains("between 0 and 100"), "{}", e.message);
+        assert_eq!(
+            repeat_penalty(&obj(json!({"repeat_penalty": 1e-30}))).unwrap(),
+            Some(1e-30)
+        );
+        assert_eq!(repeat_penalty(&obj(json!({}))).unwrap(), None);
+    }
+
+    #[test]
+    fn stop_strings_are_capped_in_number_and_length() {
+        let many: Vec<String> = (0..=MAX_STOPS).map(|i| format!("s{i}")).collect();
+        let e = stop_strings(&obj(json!({ "stop": many }))).unwrap_err();
+        assert!(
+            e.message.contains("at most 64 strings, got 65"),
+            "{}",
+            e.message
+        );
+        let ok: Vec<String> = many[..MAX_STOPS].to_vec();
+        assert_eq!(stop_strings(&obj(json!({ "stop": ok }))).unwrap().len(), 64);
+        let long = "x".repeat(MAX_STOP_BYTES + 1);
+        let e = stop_strings(&obj(json!({ "stop": ["a", long] }))).unwrap_err();
+        assert!(e.message.contains("got one of 1025"), "{}", e.message);
+        assert_eq!(
+            stop_strings(&obj(json!({"stop": "end"}))).unwrap(),
+            vec!["end".to_owned()]
+        );
+    }
+
+    #[test]
+    fn the_tightest_token_limit_holds() {
+        let n = |v: Value| requested_n_predict(&obj(v)).unwrap();
+        assert_eq!(n(json!({})), -1);
+        assert_eq!(n(json!({"max_tokens": 3, "max_completion_tokens": -1})), 3);
+        assert_eq!(n(json!({"max_completion_tokens": 7, "max_tokens": 9})), 7);
+        assert_eq!(n(json!({"n_predict": 0, "max_tokens": 5})), 0);
+        assert_eq!(n(json!({"n_predict": -1})), -1);
+    }
+
+    #[test]
     fn messages_accept_strings_and_text_parts() {
         let o = obj(json!({"messages": [
             {"role": "developer", "content": "Be brief."},
@@ -561,6 +685,11 @@ mod tests {
                 "not supported yet",
             ),
             (json!({"grammar": "root ::= x"}), "not supported yet"),
+            (
+                json!({"response_format": {"type": 1}}),
+                "'response_format.type' must be a string",
+            ),
+            (json!({"response_format": {}}), "needs a 'type'"),
             (json!({"echo": true}), "'echo'"),
             (json!({"best_of": 2}), "'best_of' must be 1"),
             (json!({"suffix": "}"}), "'suffix'"),
@@ -590,6 +719,13 @@ mod tests {
         ] {
             assert!(logit_bias(&obj(bad), 10).is_err());
         }
+        let huge = obj(json!({"logit_bias": [[18446744073709551615u64, 1]]}));
+        let e = logit_bias(&huge, 10).unwrap_err();
+        assert!(
+            e.message.contains("outside the vocabulary"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
