@@ -1,6 +1,8 @@
 //! Throughput of the dot kernels on an L2-resident and a DRAM-sized matrix
 //! (one thread), and of the four-row prefill kernels on L1-resident data in
 //! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
+//! (FOUR_ONLY=1: the four-token rates alone; COLS: their legacy formats'
+//! row length, 896 by default.)
 use kestrel_quant::{
     dot2_kernel, dot4_kernel, dot_band_kernel, dot_kernel, dot_rows4_kernel, quantize_activations,
     quantize_row, DotPath, GgmlType,
@@ -8,6 +10,11 @@ use kestrel_quant::{
 use std::time::Instant;
 
 fn main() {
+    // FOUR_ONLY: the four-token rates alone.
+    if std::env::var("FOUR_ONLY").is_ok() {
+        prefill_rates();
+        return;
+    }
     let cols = 896;
     for ty in [
         GgmlType::Q8_0,
@@ -117,10 +124,15 @@ fn prefill_rates() {
         let Some(f) = dot4_kernel(path, ty) else {
             continue;
         };
+        // COLS sets the legacy formats' row length (SmolLM2's is 576).
+        let legacy_cols = std::env::var("COLS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(896);
         let cols = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
             1024
         } else {
-            896
+            legacy_cols
         };
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
