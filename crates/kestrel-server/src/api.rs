@@ -116,8 +116,7 @@ pub async fn completion(State(s): AppState, body: Bytes) -> Response {
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
     let shared = s.clone();
     let (l, req, rx) = off_async(move || {
-        let s = shared;
-        let l = s.loaded()?;
+        let l = shared.loaded()?;
         let o = request::parse_object(&body)?;
         let tokens = match api {
             Api::Chat => {
@@ -130,9 +129,9 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
             }
             Api::Completions | Api::Llama => request::prompt_tokens(&o, &l.engine)?,
         };
-        let req = request::gen_request(&o, api, &l.engine, l.n_ctx, s.config.n_predict)?;
+        let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
         request::check_prompt_len(&tokens, l.n_ctx)?;
-        let rx = s.submit(tokens, req.params.clone(), req.cache_prompt)?;
+        let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
         Ok((l, req, rx))
     })
     .await?;
