@@ -90,6 +90,11 @@ struct ServeArgs {
     /// Requests that may wait while every slot is busy; beyond that, 503.
     #[arg(long = "max-queue", default_value_t = 64)]
     max_queue: usize,
+    /// Seconds a client may take to send a request's head or its body, as
+    /// llama-server's `--timeout`; an idle kept-alive connection closes
+    /// after it too.
+    #[arg(long = "timeout", default_value_t = 600)]
+    timeout: u64,
     /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
     /// llama.cpp's `--swa-full`; by default as its default window cache, a
     /// ring whose visiting order differs in the last bits past its size.
@@ -372,6 +377,9 @@ fn serve(a: ServeArgs) -> Result<()> {
     if a.max_queue == 0 {
         bail!("--max-queue must be at least 1");
     }
+    if !(1..=86_400).contains(&a.timeout) {
+        bail!("--timeout must be in 1..=86400 seconds, got {}", a.timeout);
+    }
     if let Some(c) = a.ctx_size {
         if c == 0 || c > 1 << 20 {
             bail!("--ctx-size must be in 1..=1048576, got {c}");
@@ -403,6 +411,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         backing: a.weights.backing(),
         gpu: gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu,
         swa_full: a.swa_full,
+        timeout: std::time::Duration::from_secs(a.timeout),
     })
 }
 

@@ -1,8 +1,9 @@
 //! `kestrel serve`: an HTTP server with OpenAI's and llama-server's
 //! endpoints in front of one engine. This module owns the configuration,
-//! the listener (TCP, or a Unix socket for a host ending in `.sock`), the
-//! routes, API-key checks, the JSON shape of every error (including the
-//! router's own 404/405/413) and graceful shutdown; [`api`] owns the
+//! the listener (TCP, or a Unix socket for a host ending in `.sock`) and its
+//! connections' read timeouts, the routes, API-key checks, the JSON shape
+//! of every error (including the router's own 404/405/408/413) and graceful
+//! shutdown; [`api`] owns the
 //! endpoints, [`request`] the parsing of request bodies, [`worker`] the
 //! engine thread and its queue.
 //!
@@ -20,7 +21,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -54,6 +55,9 @@ pub struct ServeConfig {
     pub gpu: bool,
     /// Sliding-window layers over a full-size cache (`--swa-full`).
     pub swa_full: bool,
+    /// How long a client may take to send a request's head, or its body
+    /// (`--timeout`); an idle kept-alive connection is closed after it too.
+    pub timeout: Duration,
 }
 
 /// How long in-flight requests get after SIGINT/SIGTERM before the server exits.
@@ -117,10 +121,8 @@ async fn run(config: ServeConfig) -> Result<()> {
                     .with_context(|| format!("binding the Unix socket {}", path.display()))?;
                 eprintln!("listening on unix:{}", path.display());
                 start_engine(shared.clone())?;
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                    .context("serving")
+                serve_on(listener, app, cfg.timeout, shutdown).await;
+                Ok(())
             }
             None => {
                 let addr = (cfg.host.as_str(), cfg.port);
@@ -129,10 +131,8 @@ async fn run(config: ServeConfig) -> Result<()> {
                     .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
                 eprintln!("listening on http://{}", listener.local_addr()?);
                 start_engine(shared.clone())?;
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                    .context("serving")
+                serve_on(listener, app, cfg.timeout, shutdown).await;
+                Ok(())
             }
         }
     };
@@ -148,6 +148,46 @@ async fn run(config: ServeConfig) -> Result<()> {
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then asks each
+/// open connection to close after its current request and returns when all
+/// have (the caller bounds the wait). `axum::serve` gives hyper no timer, so
+/// a client that sent half a request head, or idled between requests, held
+/// its connection (a task and a descriptor) for ever; here hyper closes a
+/// connection whose next head has not fully arrived within `timeout`.
+async fn serve_on<L: axum::serve::Listener>(
+    mut listener: L,
+    app: Router,
+    timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let (close_tx, close_rx) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let io = tokio::select! {
+            (io, _) = listener.accept() => io,
+            _ = &mut shutdown => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut close = close_rx.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = close.changed() => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+            // `close` (a receiver) drops here: the server waits for all of them.
+        });
+    }
+    let _ = close_tx.send(());
+    drop(close_rx);
+    close_tx.closed().await;
 }
 
 /// Removes a socket file left by a server that died without cleaning up
@@ -196,19 +236,61 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(api::metrics))
         .fallback(api::not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), auth))
+        .layer(middleware::from_fn_with_state(shared.clone(), read_body))
         .layer(middleware::from_fn(json_errors))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared)
 }
 
-/// Endpoints that answer without an API key, as llama-server's.
+/// Reads the whole request body before routing, bounded in size (413) and
+/// in time (408, after `--timeout`): a client that announced a body and
+/// sent it slowly, or not at all, held its request open for ever.
+async fn read_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    use http_body_util::{BodyExt, Limited};
+    let (parts, body) = req.into_parts();
+    let collected = tokio::time::timeout(s.config.timeout, Limited::new(body, MAX_BODY).collect());
+    let bytes = match collected.await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than {MAX_BODY} bytes"),
+            )
+            .into_response();
+        }
+        Ok(Err(e)) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        }
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    s.config.timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+/// Endpoints that answer without an API key, as llama-server's; one
+/// model's card (`/v1/models/{id}`) with them, as the list that holds it.
 const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+
+fn is_public(path: &str) -> bool {
+    PUBLIC.contains(&path)
+        || path
+            .strip_prefix("/v1/models/")
+            .is_some_and(|id| !id.contains('/'))
+}
 
 /// Checks `Authorization: Bearer KEY` (or `X-Api-Key: KEY`) when the server
 /// has a key.
 async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     if let Some(key) = &s.config.api_key {
-        if !PUBLIC.contains(&req.uri().path()) {
+        if !is_public(req.uri().path()) {
             let h = req.headers();
             let given = h
                 .get(header::AUTHORIZATION)
