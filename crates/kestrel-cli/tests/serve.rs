@@ -445,6 +445,33 @@ fn serve_endpoints() {
         .collect();
     assert_eq!(joined, text);
 
+    // A stop string that starts with the first token's text holds that
+    // text back (it may be the stop's start) until the next token shows
+    // otherwise; the stream still carries every token, as the plain answer.
+    let ids = v["tokens"].clone();
+    let first = post(port, "/detokenize", &json!({"tokens": [ids[0]]})).json()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut held = sl.clone();
+    held["stop"] = json!([format!("{first}\u{7}never")]);
+    let events: Vec<Value> = post(port, "/completion", &held)
+        .events()
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(events[0]["content"], "", "{:?}", events[0]);
+    let streamed: Vec<Value> = events
+        .iter()
+        .flat_map(|e| e["tokens"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(Value::from(streamed), ids);
+    let joined: String = events
+        .iter()
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, text);
+
     // /props, /slots, /metrics.
     let v = request(port, "GET", "/props", "").json();
     // -c 512 shared by two slots.

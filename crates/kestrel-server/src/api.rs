@@ -388,7 +388,12 @@ impl Shape {
         lp: Option<&TokenLogprobs>,
         offset: usize,
     ) -> Option<Value> {
-        if text.is_empty() && lp.is_none() {
+        // Text held back (a stop string's possible start, part of a UTF-8
+        // character) leaves an OpenAI chunk nothing to carry; llama-server's
+        // event still carries the token, so that a stream's `tokens` are the
+        // non-streamed answer's.
+        let carries_token = self.api == Api::Llama && token.is_some();
+        if text.is_empty() && lp.is_none() && !carries_token {
             return None;
         }
         let logprobs = match lp {
