@@ -95,6 +95,11 @@ struct ServeArgs {
     /// after it too.
     #[arg(long = "timeout", default_value_t = 600)]
     timeout: u64,
+    /// Web pages whose scripts may call the server (CORS): `*` (any, the
+    /// default, as llama-server's), `localhost`, or a comma-separated list
+    /// of origins such as `http://localhost:3000`.
+    #[arg(long = "cors-origins", default_value = "*")]
+    cors_origins: String,
     /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
     /// llama.cpp's `--swa-full`; by default as its default window cache, a
     /// ring whose visiting order differs in the last bits past its size.
@@ -377,6 +382,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     if a.max_queue == 0 {
         bail!("--max-queue must be at least 1");
     }
+    let cors = kestrel_server::CorsOrigins::parse(&a.cors_origins)
+        .map_err(|e| anyhow::anyhow!("--cors-origins: {e}"))?;
     if !(1..=86_400).contains(&a.timeout) {
         bail!("--timeout must be in 1..=86400 seconds, got {}", a.timeout);
     }
@@ -412,6 +419,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         gpu: gpu::choose(a.device, a.n_gpu_layers) == gpu::Device::Gpu,
         swa_full: a.swa_full,
         timeout: std::time::Duration::from_secs(a.timeout),
+        cors,
     })
 }
 

@@ -647,6 +647,42 @@ fn serve_api_key_and_shutdown() {
     );
     let r = request(port, "GET", "/v1/models/x/y", "");
     assert_error(&r, 401, "below a model's card");
+
+    // A web page's preflight needs no key; its answers name the page.
+    let origin = ("Origin", "http://localhost:5173");
+    let r = try_request(
+        port,
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[
+            origin,
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
+        b"",
+    )
+    .unwrap();
+    assert!(r.status == 200 || r.status == 204, "{}", r.status);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://localhost:5173")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert!(r
+        .header("access-control-allow-methods")
+        .is_some_and(|m| m.contains("POST")));
+    assert!(r
+        .header("access-control-allow-headers")
+        .is_some_and(|h| h.to_ascii_lowercase().contains("authorization")));
+    let r = try_request(port, "POST", "/v1/completions", &[origin], body.as_bytes()).unwrap();
+    assert_error(&r, 401, "no key, from a page");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://localhost:5173")
+    );
     let r = request(port, "POST", "/v1/completions", body);
     assert_error(&r, 401, "no key");
     let r = try_request(

@@ -58,6 +58,8 @@ pub struct ServeConfig {
     /// How long a client may take to send a request's head, or its body
     /// (`--timeout`); an idle kept-alive connection is closed after it too.
     pub timeout: Duration,
+    /// Browser origins whose pages may read the answers (`--cors-origins`).
+    pub cors: CorsOrigins,
 }
 
 /// How long in-flight requests get after SIGINT/SIGTERM before the server exits.
@@ -238,7 +240,102 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .layer(middleware::from_fn_with_state(shared.clone(), auth))
         .layer(middleware::from_fn_with_state(shared.clone(), read_body))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(shared.clone(), cors))
         .with_state(shared)
+}
+
+/// Which browser origins may read the answers (`--cors-origins`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// Any (llama-server's default `*`): the request's Origin is echoed.
+    Any,
+    /// Only `http(s)://localhost`, `127.0.0.1` or `[::1]`, on any port.
+    Localhost,
+    /// These origins exactly (scheme, host and port, as the browser sends them).
+    List(Vec<String>),
+}
+
+impl CorsOrigins {
+    /// `*`, `localhost`, or a comma-separated list of origins.
+    pub fn parse(s: &str) -> Result<CorsOrigins, String> {
+        match s.trim() {
+            "*" => Ok(CorsOrigins::Any),
+            "localhost" => Ok(CorsOrigins::Localhost),
+            list => {
+                let origins: Vec<String> = list
+                    .split(',')
+                    .map(|o| o.trim().trim_end_matches('/').to_owned())
+                    .filter(|o| !o.is_empty())
+                    .collect();
+                match origins.iter().find(|o| !o.contains("://")) {
+                    _ if origins.is_empty() => Err("no origin given".into()),
+                    Some(bad) => Err(format!(
+                        "'{bad}' is not an origin (scheme://host[:port]), '*' or 'localhost'"
+                    )),
+                    None => Ok(CorsOrigins::List(origins)),
+                }
+            }
+        }
+    }
+
+    fn allows(&self, origin: &str) -> bool {
+        match self {
+            CorsOrigins::Any => true,
+            CorsOrigins::Localhost => {
+                let host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+                let host = match host.strip_prefix('[') {
+                    Some(v6) => v6.split_once(']').map(|(h, _)| h).unwrap_or(""),
+                    None => host.split(':').next().unwrap_or(""),
+                };
+                matches!(host, "localhost" | "127.0.0.1" | "::1")
+            }
+            CorsOrigins::List(list) => list.iter().any(|o| o == origin),
+        }
+    }
+}
+
+/// Lets web pages call the server as llama-server does: an allowed
+/// `Origin` is echoed (with credentials, so a page may send its API key),
+/// and a preflight `OPTIONS` is answered here, before the key is checked,
+/// since browsers send no credentials with it.
+async fn cors(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .filter(|o| o.to_str().is_ok_and(|o| s.config.cors.allows(o)))
+        .cloned();
+    let mut r = if req.method() == axum::http::Method::OPTIONS {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            header::HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        // What the page asked for (Authorization is never covered by `*`).
+        let asked = req
+            .headers()
+            .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+            .cloned()
+            .unwrap_or(header::HeaderValue::from_static("*"));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked);
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            header::HeaderValue::from_static("600"),
+        );
+        r
+    } else {
+        next.run(req).await
+    };
+    let h = r.headers_mut();
+    h.append(header::VARY, header::HeaderValue::from_static("Origin"));
+    if let Some(origin) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            header::HeaderValue::from_static("true"),
+        );
+    }
+    r
 }
 
 /// Reads the whole request body before routing, bounded in size (413) and
@@ -334,4 +431,45 @@ async fn json_errors(req: Request, next: Next) -> Response {
         return out;
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CorsOrigins;
+
+    #[test]
+    fn cors_origins_parse_and_match() {
+        assert_eq!(CorsOrigins::parse("*"), Ok(CorsOrigins::Any));
+        assert!(CorsOrigins::Any.allows("https://anything.example"));
+
+        let local = CorsOrigins::parse("localhost").unwrap();
+        for o in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://127.0.0.1:8443",
+            "http://[::1]:5173",
+        ] {
+            assert!(local.allows(o), "{o}");
+        }
+        for o in [
+            "http://localhost.evil.example",
+            "http://evil.example",
+            "http://127.0.0.1.nip.io",
+            "null",
+            "",
+        ] {
+            assert!(!local.allows(o), "{o}");
+        }
+
+        let list = CorsOrigins::parse(" http://a.example:3000/ , https://b.example").unwrap();
+        assert!(list.allows("http://a.example:3000"));
+        assert!(list.allows("https://b.example"));
+        assert!(!list.allows("http://a.example"));
+        assert!(!list.allows("http://b.example"));
+
+        assert!(CorsOrigins::parse("a.example")
+            .unwrap_err()
+            .contains("a.example"));
+        assert!(CorsOrigins::parse(" , ").is_err());
+    }
 }
