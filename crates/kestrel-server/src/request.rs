@@ -442,8 +442,17 @@ pub fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
                     )))
                 }
             };
+            // A conversation that used tools cannot be rendered faithfully
+            // without them (see `unsupported`).
+            if m.get("tool_calls").is_some_and(|t| !t.is_null() && t != &Value::Array(vec![])) {
+                return Err(ApiError::bad_request(format!(
+                    "messages[{i}].tool_calls: tool calls are not supported yet"
+                )));
+            }
             let content = match m.get("content") {
                 Some(Value::String(s)) => s.clone(),
+                // OpenAI's assistant turns may carry null (llama-server reads "").
+                Some(Value::Null) => String::new(),
                 Some(Value::Array(parts)) => {
                     let mut text = String::new();
                     for (j, p) in parts.iter().enumerate() {
@@ -660,7 +669,17 @@ mod tests {
         let m = messages(&o).unwrap();
         assert_eq!(m[0].role, "system");
         assert_eq!(m[1].content, "Hello");
+        let o = obj(json!({"messages": [
+            {"role": "user", "content": "Hi", "name": "bob"},
+            {"role": "assistant", "content": null, "tool_calls": []},
+        ]}));
+        assert_eq!(messages(&o).unwrap()[1].content, "");
+        let calls = json!({"messages": [{"role": "assistant", "content": null,
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]});
+        let e = messages(&obj(calls)).unwrap_err();
+        assert!(e.message.contains("tool_calls"), "{}", e.message);
         for bad in [
+            json!({"messages": [{"role": "user"}]}),
             json!({"messages": []}),
             json!({"messages": [{"role": "tool", "content": "x"}]}),
             json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
