@@ -338,6 +338,48 @@ fn serve_endpoints() {
         "streamed text equals non-streamed text"
     );
 
+    // A last assistant turn is continued (llama-server's prefill): the
+    // prompt is the conversation before it, the assistant's opening and its
+    // text, written here in SmolLM2's ChatML; the answer starts with it.
+    let mut prefill = chat_body(false);
+    prefill["messages"] = json!([{"role": "user", "content": "Tell me a secret."},
+        {"role": "assistant", "content": "ZEBRA QUOKKA"}]);
+    let v = post(port, "/v1/chat/completions", &prefill).json();
+    let raw = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+        Hugging Face<|im_end|>\n<|im_start|>user\nTell me a secret.<|im_end|>\n\
+        <|im_start|>assistant\nZEBRA QUOKKA";
+    let plain = post(
+        port,
+        "/completion",
+        &json!({"prompt": raw, "n_predict": 12, "temperature": 0, "seed": 7}),
+    )
+    .json();
+    assert_eq!(
+        v["choices"][0]["message"]["content"].as_str().unwrap(),
+        format!("ZEBRA QUOKKA{}", plain["content"].as_str().unwrap()),
+        "{v}"
+    );
+    assert_eq!(
+        v["usage"]["prompt_tokens"], plain["tokens_evaluated"],
+        "{v}"
+    );
+    prefill["stream"] = json!(true);
+    let r = post(port, "/v1/chat/completions", &prefill);
+    let streamed = check_stream(&r, "chat.completion.chunk", |c| {
+        c["delta"]["content"].as_str().map(str::to_owned)
+    });
+    assert_eq!(
+        streamed,
+        v["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    prefill["messages"] = json!([{"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "A"}, {"role": "assistant", "content": "B"}]);
+    assert_error(
+        &post(port, "/v1/chat/completions", &prefill),
+        400,
+        "two assistant turns at the end",
+    );
+
     // Completions: non-streamed and streamed agree; a length stop.
     let body = json!({"prompt": "The capital of France is", "max_tokens": 8,
         "temperature": 0, "ignore_eos": true});

@@ -115,24 +115,26 @@ pub async fn completion(State(s): AppState, body: Bytes) -> Response {
 /// started with 200, rarely fails), queues it, and answers as JSON or SSE.
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
     let shared = s.clone();
-    let (l, req, rx) = off_async(move || {
+    let (l, req, rx, prefill) = off_async(move || {
         let l = shared.loaded()?;
         let o = request::parse_object(&body)?;
-        let tokens = match api {
+        let (tokens, prefill) = match api {
             Api::Chat => {
-                let messages = request::messages(&o)?;
-                let text = l
+                let mut messages = request::messages(&o)?;
+                let prefill = request::take_prefill(&mut messages)?;
+                let mut text = l
                     .engine
                     .render_chat(&messages)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                l.engine.tokenize_prompt(&text)
+                text.push_str(prefill.as_deref().unwrap_or(""));
+                (l.engine.tokenize_prompt(&text), prefill)
             }
-            Api::Completions | Api::Llama => request::prompt_tokens(&o, &l.engine)?,
+            Api::Completions | Api::Llama => (request::prompt_tokens(&o, &l.engine)?, None),
         };
         let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
         request::check_prompt_len(&tokens, l.n_ctx)?;
         let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
-        Ok((l, req, rx))
+        Ok((l, req, rx, prefill))
     })
     .await?;
     let shape = Shape {
@@ -143,6 +145,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         loaded: l,
         logprobs: req.logprobs,
         stop: req.params.stop.clone(),
+        prefill: prefill.unwrap_or_default(),
     };
     if req.stream {
         Ok(sse(rx, shape, req))
@@ -181,6 +184,9 @@ struct Shape {
     logprobs: Option<usize>,
     /// The request's stop strings, to name the one that matched.
     stop: Vec<String>,
+    /// The assistant turn the model continues (chat): the content starts
+    /// with it, as llama-server's.
+    prefill: String,
 }
 
 fn finish_reason(stop: StopReason) -> &'static str {
@@ -298,7 +304,7 @@ impl Shape {
                 "model": self.model, "system_fingerprint": fingerprint(),
                 "choices": [{
                     "index": 0,
-                    "message": {"role": "assistant", "content": g.text},
+                    "message": {"role": "assistant", "content": format!("{}{}", self.prefill, g.text)},
                     "logprobs": logprobs,
                     "finish_reason": reason,
                 }],
@@ -485,6 +491,10 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         if !st.started {
             st.started = true;
             out.extend(st.shape.stream_start().iter().map(sse_event));
+            // The continued assistant turn comes first, as its own delta.
+            if let Some(v) = st.shape.stream_token(None, &st.shape.prefill, None, 0) {
+                out.push(sse_event(&v));
+            }
         }
         // Each body chunk carries at least one event (or ends the stream).
         while out.is_empty() {

@@ -505,6 +505,24 @@ pub fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
         .collect()
 }
 
+/// A conversation that ends with an assistant turn asks the model to go on
+/// with that turn (a prefill), as llama-server does: the turn is taken off
+/// here, the rest is rendered with the assistant's opening, and its text
+/// follows; the answer's content then starts with it. Two assistant turns
+/// at the end are a 400, as llama-server's.
+pub fn take_prefill(messages: &mut Vec<ChatMessage>) -> Result<Option<String>, ApiError> {
+    let n = messages.len();
+    if messages.last().is_none_or(|m| m.role != "assistant") {
+        return Ok(None);
+    }
+    if n >= 2 && messages[n - 2].role == "assistant" {
+        return Err(ApiError::bad_request(
+            "messages: two or more assistant turns at the end (only the last may be continued)",
+        ));
+    }
+    Ok(messages.pop().map(|m| m.content))
+}
+
 /// The prompt of a completion request as tokens: a string (tokenized with
 /// BOS as the vocabulary asks), a one-element array of a string, or token
 /// ids (used as given).
@@ -689,6 +707,25 @@ mod tests {
         ] {
             assert_eq!(messages(&obj(bad)).unwrap_err().status.as_u16(), 400);
         }
+    }
+
+    #[test]
+    fn a_last_assistant_turn_is_a_prefill() {
+        let mut m = messages(&obj(json!({"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Well,"},
+        ]})))
+        .unwrap();
+        assert_eq!(take_prefill(&mut m).unwrap().as_deref(), Some("Well,"));
+        assert_eq!(m.len(), 1);
+        assert_eq!(take_prefill(&mut m).unwrap(), None);
+        let mut two = messages(&obj(json!({"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "A"},
+            {"role": "assistant", "content": "B"},
+        ]})))
+        .unwrap();
+        assert_eq!(take_prefill(&mut two).unwrap_err().status.as_u16(), 400);
     }
 
     #[test]
