@@ -242,13 +242,13 @@ def read_stream(stream, *, chat, include_usage):
     return Streamed(text, last.choices[0].finish_reason, usage, chunks, lps)
 
 
-def bad_request(fn, *words):
+def bad_request(fn, *words, type_="invalid_request_error"):
     """Runs fn, which must fail with openai.BadRequestError naming `words`."""
     try:
         fn()
     except openai.BadRequestError as e:
         eq(e.status_code, 400, "status")
-        eq(e.type, "invalid_request_error", "error type")
+        eq(e.type, type_, "error type")
         msg = str(e.message)
         for w in words:
             assert w in msg, f"the 400's message {msg!r} does not mention {w!r}"
@@ -652,8 +652,10 @@ def errors_out_of_range_fields_are_400(ctx):
 @check
 def errors_prompt_longer_than_context_is_400(ctx):
     long_text = " hello" * (ctx.n_ctx + 8)
-    bad_request(lambda: ctx.chat(user(long_text)), "does not fit the context")
-    bad_request(lambda: ctx.complete(long_text), "does not fit the context")
+    # llama-server's type, which clients that shorten the conversation look for.
+    overflow = "exceed_context_size_error"
+    bad_request(lambda: ctx.chat(user(long_text)), "does not fit the context", type_=overflow)
+    bad_request(lambda: ctx.complete(long_text), "does not fit the context", type_=overflow)
 
 
 @check

@@ -398,6 +398,10 @@ fn serve_endpoints() {
         c["text"].as_str().map(str::to_owned)
     });
     assert_eq!(streamed, text);
+    assert_eq!(r.header("x-accel-buffering"), Some("no"));
+    // Embeddings: a 501 that says so, as llama-server without --embeddings.
+    let r = post(port, "/v1/embeddings", &json!({"input": "hi"}));
+    assert_error(&r, 501, "embeddings");
 
     // Sampled (not greedy): the same seed gives the same text, streamed or not.
     let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,
@@ -634,6 +638,13 @@ fn serve_rejects_malformed_requests_and_survives() {
     );
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("601") && msg.contains("128"), "{msg}");
+    // ... and is typed and sized as llama-server's.
+    let e = &r.json()["error"];
+    assert_eq!(e["type"], "exceed_context_size_error", "{e}");
+    assert_eq!(
+        (e["n_prompt_tokens"].as_u64(), e["n_ctx"].as_u64()),
+        (Some(601), Some(128))
+    );
 
     // Garbage on the socket does not take the server down either.
     for junk in [

@@ -549,6 +549,8 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         HeaderValue::from_static("text/event-stream"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // A proxy (nginx) in front would otherwise hold the events back.
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     r
 }
 
@@ -791,6 +793,16 @@ pub async fn metrics(State(s): AppState) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
+}
+
+/// Embeddings: answered as llama-server answers them when started without
+/// `--embeddings` (a 501 that the OpenAI client reports as such).
+pub async fn embeddings() -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "embeddings are not supported: this server generates text",
+    )
+    .into_response()
 }
 
 pub async fn not_found(uri: axum::http::Uri) -> Response {

@@ -11,6 +11,9 @@ use serde_json::json;
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// A more specific `type` than the status gives, and fields beside it
+    /// (llama-server's `exceed_context_size_error` carries the two sizes).
+    detail: Option<(&'static str, serde_json::Map<String, serde_json::Value>)>,
 }
 
 impl ApiError {
@@ -18,6 +21,21 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            detail: None,
+        }
+    }
+    /// A prompt that does not fit the context: a 400 typed and sized as
+    /// llama-server's, so that clients which shorten the conversation on
+    /// it recognise it.
+    pub fn exceeds_context(n_prompt_tokens: usize, n_ctx: usize) -> ApiError {
+        let mut fields = serde_json::Map::new();
+        fields.insert("n_prompt_tokens".into(), json!(n_prompt_tokens));
+        fields.insert("n_ctx".into(), json!(n_ctx));
+        ApiError {
+            detail: Some(("exceed_context_size_error", fields)),
+            ..ApiError::bad_request(format!(
+                "the prompt has {n_prompt_tokens} tokens, which does not fit the context of {n_ctx} tokens"
+            ))
         }
     }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -32,11 +50,18 @@ impl ApiError {
 
     /// The JSON body, also sent as an SSE event when a stream fails midway.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {
+        let mut e = json!({
             "code": self.status.as_u16(),
             "message": self.message,
             "type": error_type(self.status),
-        }})
+        });
+        if let Some((kind, fields)) = &self.detail {
+            e["type"] = json!(kind);
+            for (k, v) in fields {
+                e[k] = v.clone();
+            }
+        }
+        json!({ "error": e })
     }
 }
 

@@ -187,11 +187,14 @@ pub struct GenRequest {
 
 /// Rejects what this server does not do yet, with a message that says so.
 pub fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
-    if let Some(n) = get_int(o, "n", i64::MIN, i64::MAX)? {
-        if n != 1 {
-            return Err(ApiError::bad_request(format!(
-                "'n' must be 1 (one choice per request), got {n}"
-            )));
+    // llama-server's `n_cmpl` is `n` by another name.
+    for name in ["n", "n_cmpl"] {
+        if let Some(n) = get_int(o, name, i64::MIN, i64::MAX)? {
+            if n != 1 {
+                return Err(ApiError::bad_request(format!(
+                    "'{name}' must be 1 (one choice per request), got {n}"
+                )));
+            }
         }
     }
     if let Some(rf) = field(o, "response_format") {
@@ -575,10 +578,7 @@ pub fn check_prompt_len(tokens: &[u32], n_ctx: usize) -> Result<(), ApiError> {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
     if tokens.len() >= n_ctx {
-        return Err(ApiError::bad_request(format!(
-            "the prompt has {} tokens, which does not fit the context of {n_ctx} tokens",
-            tokens.len()
-        )));
+        return Err(ApiError::exceeds_context(tokens.len(), n_ctx));
     }
     Ok(())
 }
@@ -732,6 +732,7 @@ mod tests {
     fn unsupported_features_say_so() {
         for (v, want) in [
             (json!({"n": 3}), "'n' must be 1"),
+            (json!({"n_cmpl": 2}), "'n_cmpl' must be 1"),
             (
                 json!({"response_format": {"type": "json_schema"}}),
                 "not supported yet",
@@ -789,6 +790,11 @@ mod tests {
         assert!(check_prompt_len(&[1, 2], 3).is_ok());
         let e = check_prompt_len(&[1, 2, 3], 3).unwrap_err();
         assert!(e.message.contains('3') && e.message.contains("context of 3"));
+        let body = e.body();
+        assert_eq!(body["error"]["type"], "exceed_context_size_error");
+        assert_eq!(body["error"]["n_prompt_tokens"], 3);
+        assert_eq!(body["error"]["n_ctx"], 3);
+        assert_eq!(body["error"]["code"], 400);
         assert!(check_prompt_len(&[], 3).is_err());
     }
 }
