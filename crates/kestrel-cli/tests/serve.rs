@@ -523,6 +523,17 @@ fn serve_endpoints() {
     // -c 512 shared by two slots.
     assert_eq!(v["default_generation_settings"]["n_ctx"], 256);
     assert_eq!(v["total_slots"], 2);
+    assert_eq!(v["endpoint_metrics"], true);
+    // The special tokens' text is each one token, as llama-server gives it.
+    for name in ["bos_token", "eos_token"] {
+        let text = v[name].as_str().unwrap_or_else(|| panic!("{name}: {v}"));
+        let ids = post(port, "/tokenize", &json!({"content": text})).json()["tokens"].clone();
+        assert_eq!(
+            ids.as_array().map(Vec::len),
+            Some(1),
+            "{name} {text:?}: {ids}"
+        );
+    }
     let v = request(port, "GET", "/slots", "").json();
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0]["id"], 0);

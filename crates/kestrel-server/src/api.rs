@@ -639,6 +639,19 @@ pub async fn props(State(s): AppState) -> Response {
         ),
         Err(_) => (Value::Null, Value::Null),
     };
+    // The special tokens' text, as llama-server gives it ("" for none).
+    let special = |id: Option<u32>| match (s.loaded(), id) {
+        (Ok(l), Some(id)) => json!(piece(&l.engine, id).0),
+        (Ok(_), None) => json!(""),
+        (Err(_), _) => Value::Null,
+    };
+    let (bos, eos) = match s.loaded() {
+        Ok(l) => (
+            special(l.engine.tokenizer.bos()),
+            special(l.engine.tokenizer.eos()),
+        ),
+        Err(_) => (Value::Null, Value::Null),
+    };
     ok(json!({
         "default_generation_settings": {
             "n_ctx": n_ctx,
@@ -655,6 +668,11 @@ pub async fn props(State(s): AppState) -> Response {
         "model_alias": model_name(&s),
         "model_path": s.config.model.display().to_string(),
         "chat_template": template,
+        "bos_token": bos,
+        "eos_token": eos,
+        "endpoint_slots": s.config.slots,
+        "endpoint_props": true,
+        "endpoint_metrics": s.config.metrics,
         "modalities": {"vision": false, "audio": false},
         "build_info": fingerprint(),
     }))
