@@ -540,6 +540,17 @@ fn serve_endpoints() {
     let r = request(port, "GET", "/metrics", "");
     assert_eq!(r.status, 200);
     assert!(r.text().contains("llamacpp:tokens_predicted_total"));
+    // llama-server's batch counters: the requests above ran one at a time
+    // on two slots, the streamed ones reusing the plain ones' prompts.
+    let decodes = metric(port, "n_decode_total");
+    let per_decode = metric(port, "n_busy_slots_per_decode");
+    assert!(
+        decodes >= metric(port, "tokens_predicted_total") / 2.0,
+        "{decodes}"
+    );
+    assert!((1.0..=2.0).contains(&per_decode), "{per_decode}");
+    assert!(metric(port, "prompt_tokens_cached_total") >= 1.0);
+    assert!(metric(port, "n_tokens_max") >= 12.0);
 }
 
 #[test]

@@ -737,12 +737,37 @@ pub async fn metrics(State(s): AppState) -> Response {
     };
     let kv = m.kv_tokens.load(Ordering::SeqCst);
     let kv_total = s.loaded().map_or(0, |l| l.n_ctx_total);
-    let rows: [(&str, &str, &str, String); 10] = [
+    let decodes = get(&m.decodes);
+    let rows: [(&str, &str, &str, String); 14] = [
         (
             "prompt_tokens_total",
             "counter",
-            "Number of prompt tokens processed.",
+            "Number of prompt tokens processed, excluding cached tokens.",
             pt.to_string(),
+        ),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Number of prompt tokens reused from the cache.",
+            get(&m.prompt_cached).to_string(),
+        ),
+        (
+            "n_decode_total",
+            "counter",
+            "Total number of batched forward passes.",
+            decodes.to_string(),
+        ),
+        (
+            "n_tokens_max",
+            "counter",
+            "Largest observed sequence length (prompt + generation).",
+            get(&m.tokens_max).to_string(),
+        ),
+        (
+            "n_busy_slots_per_decode",
+            "gauge",
+            "Average number of busy slots per forward pass.",
+            (get(&m.busy_slot_decodes) as f64 / decodes.max(1) as f64).to_string(),
         ),
         (
             "prompt_seconds_total",

@@ -84,6 +84,14 @@ pub struct Metrics {
     pub processing: AtomicUsize,
     /// Tokens held in the slots' KV caches.
     pub kv_tokens: AtomicUsize,
+    /// Prompt tokens reused from a slot's cache instead of computed.
+    pub prompt_cached: AtomicU64,
+    /// Batched forward passes, and the running sequences summed over them
+    /// (llama-server's `n_decode_total` and `n_busy_slots_per_decode`).
+    pub decodes: AtomicU64,
+    pub busy_slot_decodes: AtomicU64,
+    /// The longest sequence seen in a slot (prompt and generated).
+    pub tokens_max: AtomicU64,
 }
 
 /// State shared by the HTTP handlers and the engine thread.
@@ -313,8 +321,11 @@ fn serve_jobs<'e>(
         if batch.is_idle() {
             continue;
         }
+        let busy = batch.running() as u64;
         match std::panic::catch_unwind(AssertUnwindSafe(|| batch.step())) {
             Ok(finished) => {
+                m.decodes.fetch_add(1, Ordering::Relaxed);
+                m.busy_slot_decodes.fetch_add(busy, Ordering::Relaxed);
                 for (id, result) in finished {
                     let Some(tx) = running.remove(&id) else {
                         continue;
@@ -362,6 +373,8 @@ fn publish(shared: &Shared, batch: &Batch<'_>) {
     m.processing.store(batch.running(), Ordering::SeqCst);
     m.kv_tokens
         .store(info.iter().map(|s| s.n_past).sum(), Ordering::SeqCst);
+    let longest = info.iter().map(|s| s.n_past).max().unwrap_or(0);
+    m.tokens_max.fetch_max(longest as u64, Ordering::Relaxed);
     *shared.slots.lock().unwrap_or_else(|e| e.into_inner()) = info;
 }
 
@@ -383,6 +396,8 @@ fn record(m: &Metrics, g: &Generation) {
     m.requests.fetch_add(1, Ordering::Relaxed);
     m.prompt_tokens
         .fetch_add(s.prompt_n as u64, Ordering::Relaxed);
+    m.prompt_cached
+        .fetch_add(s.cache_n as u64, Ordering::Relaxed);
     m.prompt_us
         .fetch_add((s.prompt_ms * 1000.0) as u64, Ordering::Relaxed);
     m.predicted_tokens
