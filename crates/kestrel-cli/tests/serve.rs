@@ -468,6 +468,9 @@ fn serve_endpoints() {
     // llama-server's /completion, plain and streamed.
     let lbody = json!({"prompt": "The capital of France is", "n_predict": 8,
         "temperature": 0, "ignore_eos": true});
+    // ... also at /completions, as llama-server routes it.
+    let native = post(port, "/completions", &lbody).json();
+    assert_eq!(native["content"], text.as_str(), "{native}");
     let r = post(port, "/completion", &lbody);
     let v = r.json();
     assert_eq!(v["content"], text.as_str());

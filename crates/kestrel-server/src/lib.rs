@@ -229,7 +229,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/chat/completions", post(api::chat_completions))
         .route("/chat/completions", post(api::chat_completions))
         .route("/v1/completions", post(api::completions))
-        .route("/completions", post(api::completions))
+        // llama-server answers /completions in its own shape, as /completion.
+        .route("/completions", post(api::completion))
         .route("/completion", post(api::completion))
         .route("/tokenize", post(api::tokenize))
         .route("/detokenize", post(api::detokenize))
