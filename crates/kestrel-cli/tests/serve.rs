@@ -624,6 +624,110 @@ fn serve_rejects_malformed_requests_and_survives() {
         let r = request(port, method, path, body);
         assert_error(&r, *status, &format!("{method} {path} {body:.80}"));
     }
+    // Bodies that are not JSON text whatever their declared type (a JSON
+    // body under another type is read, as llama-server and `curl -d` do),
+    // numbers past every range, and a body over the 8 MiB cap.
+    let msg = |extra: &str| format!(r#"{{"messages":[{{"role":"user","content":"x"}}]{extra}}}"#);
+    let ten_mb = format!(r#"{{"prompt":"{}"}}"#, "a".repeat(10 << 20));
+    let raw: Vec<(&str, Vec<u8>, &str, u16)> = vec![
+        (
+            chat,
+            b"prompt=hi&max_tokens=3".to_vec(),
+            "application/x-www-form-urlencoded",
+            400,
+        ),
+        (
+            chat,
+            b"--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x--\r\n".to_vec(),
+            "multipart/form-data; boundary=x",
+            400,
+        ),
+        (
+            chat,
+            b"<messages><m>hi</m></messages>".to_vec(),
+            "text/xml",
+            400,
+        ),
+        (
+            cmpl,
+            b"{\"prompt\":\"\xff\xfe\xfd\"}".to_vec(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}".to_vec(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            msg(r#","max_tokens":1e300"#).into_bytes(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            msg(r#","max_tokens":18446744073709551616"#).into_bytes(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            msg(r#","temperature":1e400"#).into_bytes(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            msg(r#","seed":-1e20"#).into_bytes(),
+            "application/json",
+            400,
+        ),
+        (
+            chat,
+            msg(r#","top_k":99999999999999999999999"#).into_bytes(),
+            "application/json",
+            400,
+        ),
+    ];
+    for (path, body, content_type, status) in &raw {
+        let r = try_request(port, "POST", path, &[("Content-Type", content_type)], body)
+            .unwrap_or_else(|e| panic!("{content_type} {path}: {e}"));
+        let shown = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+        assert_error(&r, *status, &format!("{content_type} {path} {shown}"));
+    }
+    // The server answers once 8 MiB are in and may close before the rest
+    // is sent, so the body goes from its own thread, its errors ignored.
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let head = format!(
+            "POST {cmpl} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            ten_mb.len()
+        );
+        let _ = w.write_all(head.as_bytes());
+        let _ = w.write_all(ten_mb.as_bytes());
+    });
+    let mut r = BufReader::new(c);
+    let (status, headers) = read_head(&mut r).unwrap();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap();
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    let big = Reply {
+        status,
+        headers,
+        body,
+    };
+    assert_error(&big, 413, "a 10 MB body");
+    // Unblocks the writer if the server neither reads nor closes.
+    let _ = r.get_ref().shutdown(std::net::Shutdown::Both);
+    writer.join().unwrap();
     let r = bystander.join().unwrap();
     assert_eq!(r.status, 200);
     let events = r.events();
