@@ -477,6 +477,15 @@ fn serve_endpoints() {
     assert_eq!(v["stop"], true);
     assert_eq!(v["stop_type"], "limit");
     assert_eq!(v["tokens_predicted"], 8);
+    // llama-server's echo of the request: its prompt and sampling.
+    assert_eq!(v["prompt"], "The capital of France is", "{v}");
+    let gs = &v["generation_settings"];
+    assert_eq!(
+        (gs["n_predict"].as_i64(), gs["temperature"].as_f64()),
+        (Some(8), Some(0.0)),
+        "{gs}"
+    );
+    assert_eq!(gs["ignore_eos"], true, "{gs}");
     let mut sl = lbody.clone();
     sl["stream"] = json!(true);
     let r = post(port, "/completion", &sl);

@@ -12,7 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kestrel_engine::{Engine, Generation, StopReason, TokenLogprobs};
+use kestrel_engine::{Engine, GenerateParams, Generation, StopReason, TokenLogprobs};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -115,7 +115,7 @@ pub async fn completion(State(s): AppState, body: Bytes) -> Response {
 /// started with 200, rarely fails), queues it, and answers as JSON or SSE.
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
     let shared = s.clone();
-    let (l, req, rx, prefill) = off_async(move || {
+    let (l, req, rx, prefill, prompt) = off_async(move || {
         let l = shared.loaded()?;
         let o = request::parse_object(&body)?;
         let (tokens, prefill) = match api {
@@ -131,10 +131,14 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
             }
             Api::Completions | Api::Llama => (request::prompt_tokens(&o, &l.engine)?, None),
         };
+        let prompt = match api {
+            Api::Llama => l.engine.tokenizer.decode(&tokens, false),
+            _ => String::new(),
+        };
         let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
         request::check_prompt_len(&tokens, l.n_ctx)?;
         let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
-        Ok((l, req, rx, prefill))
+        Ok((l, req, rx, prefill, prompt))
     })
     .await?;
     let shape = Shape {
@@ -146,6 +150,8 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         logprobs: req.logprobs,
         stop: req.params.stop.clone(),
         prefill: prefill.unwrap_or_default(),
+        settings: generation_settings(&req.params, req.stream),
+        prompt,
     };
     if req.stream {
         Ok(sse(rx, shape, req))
@@ -187,6 +193,10 @@ struct Shape {
     /// The assistant turn the model continues (chat): the content starts
     /// with it, as llama-server's.
     prefill: String,
+    /// llama-server's `generation_settings` and `prompt` (its final
+    /// `/completion` object carries both).
+    settings: Value,
+    prompt: String,
 }
 
 fn finish_reason(stop: StopReason) -> &'static str {
@@ -204,6 +214,24 @@ fn stop_type(stop: StopReason) -> &'static str {
         StopReason::Length | StopReason::ContextFull => "limit",
         StopReason::Cancelled => "none",
     }
+}
+
+/// The sampling a request runs with, in llama-server's
+/// `generation_settings` names: Kestrel's chain, and llama-server's other
+/// samplers at the values that turn them off (the only ones accepted).
+fn generation_settings(p: &GenerateParams, stream: bool) -> Value {
+    let s = &p.sampler;
+    json!({
+        "n_predict": p.n_predict, "seed": s.seed,
+        "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p,
+        "repeat_last_n": s.repeat_last_n, "repeat_penalty": s.repeat_penalty,
+        "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty,
+        "typical_p": 1.0, "top_n_sigma": -1.0, "xtc_probability": 0.0, "dynatemp_range": 0.0,
+        "dry_multiplier": 0.0, "mirostat": 0,
+        "logit_bias": s.logit_bias.iter().map(|&(id, b)| json!([id, b])).collect::<Vec<_>>(),
+        "stop": p.stop, "ignore_eos": p.ignore_eos, "n_probs": p.n_probs, "stream": stream,
+        "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+    })
 }
 
 pub fn timings(g: &Generation) -> Value {
@@ -347,8 +375,10 @@ impl Shape {
     /// llama-server's closing object (its last stream event has content "").
     fn llama_final(&self, g: &Generation) -> Value {
         json!({
-            "content": "", "tokens": [], "id_slot": 0, "stop": true,
+            "index": 0, "content": "", "tokens": [], "id_slot": 0, "stop": true,
             "model": self.model,
+            "generation_settings": self.settings,
+            "prompt": self.prompt,
             "tokens_predicted": g.stats.generated_tokens,
             "tokens_evaluated": g.stats.prompt_tokens,
             "tokens_cached": g.stats.prompt_tokens + g.stats.generated_tokens,
@@ -416,7 +446,7 @@ impl Shape {
             }])),
             Api::Llama => {
                 let mut v = json!({
-                    "content": text, "tokens": token.into_iter().collect::<Vec<_>>(),
+                    "index": 0, "content": text, "tokens": token.into_iter().collect::<Vec<_>>(),
                     "stop": false, "id_slot": 0,
                 });
                 if self.logprobs.is_some() {
@@ -639,6 +669,15 @@ pub async fn props(State(s): AppState) -> Response {
         ),
         Err(_) => (Value::Null, Value::Null),
     };
+    // A request's defaults; the seed is drawn per request (-1).
+    let mut defaults = generation_settings(
+        &GenerateParams {
+            n_predict: s.config.n_predict,
+            ..GenerateParams::default()
+        },
+        false,
+    );
+    defaults["seed"] = json!(-1);
     // The special tokens' text, as llama-server gives it ("" for none).
     let special = |id: Option<u32>| match (s.loaded(), id) {
         (Ok(l), Some(id)) => json!(piece(&l.engine, id).0),
@@ -655,13 +694,7 @@ pub async fn props(State(s): AppState) -> Response {
     ok(json!({
         "default_generation_settings": {
             "n_ctx": n_ctx,
-            "params": {
-                "n_predict": s.config.n_predict,
-                "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-                "repeat_penalty": 1.0, "repeat_last_n": 64,
-                "frequency_penalty": 0.0, "presence_penalty": 0.0,
-                "seed": -1,
-            },
+            "params": defaults,
         },
         "total_slots": s.config.parallel,
         "n_ctx_total": s.loaded().map_or(Value::Null, |l| json!(l.n_ctx_total)),
