@@ -477,6 +477,20 @@ fn serve_endpoints() {
     assert_eq!(v["stop"], true);
     assert_eq!(v["stop_type"], "limit");
     assert_eq!(v["tokens_predicted"], 8);
+    // An answer that the model ends counts its end token among the
+    // predicted ones (not among the text's tokens), as llama-server.
+    let hi = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+        Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    let e = post(
+        port,
+        "/completion",
+        &json!({"prompt": hi, "n_predict": 64, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(e["stop_type"], "eos", "{e}");
+    let n = e["tokens"].as_array().unwrap().len() as u64;
+    assert_eq!(e["tokens_predicted"].as_u64(), Some(n + 1), "{e}");
+    assert_eq!(e["timings"]["predicted_n"].as_u64(), Some(n + 1), "{e}");
     // llama-server's echo of the request: its prompt and sampling.
     assert_eq!(v["prompt"], "The capital of France is", "{v}");
     let gs = &v["generation_settings"];
@@ -1372,6 +1386,8 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
     let n_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
     let cached = t2["cache_n"].as_u64().unwrap();
     assert!(cached > 0 && cached < n_prompt, "{t2}");
+    let details = &second["usage"]["prompt_tokens_details"];
+    assert_eq!(details["cached_tokens"].as_u64(), Some(cached), "{second}");
     assert_eq!(t2["prompt_n"].as_u64().unwrap(), n_prompt - cached, "{t2}");
     // cache_prompt: false computes the whole prompt again.
     let mut fresh = ask.clone();

@@ -12,7 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kestrel_engine::{Engine, GenerateParams, Generation, StopReason, TokenLogprobs};
+use kestrel_engine::{Engine, GenStats, GenerateParams, Generation, StopReason, TokenLogprobs};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -234,27 +234,37 @@ fn generation_settings(p: &GenerateParams, stream: bool) -> Value {
     })
 }
 
+/// Tokens the model predicted, as llama-server counts them: the generated
+/// ones and, when it ended the answer, the end-of-generation token (it was
+/// sampled like any other, though not part of the text).
+pub fn predicted(s: &GenStats) -> usize {
+    s.generated_tokens + usize::from(s.stop == StopReason::EndOfGeneration)
+}
+
 pub fn timings(g: &Generation) -> Value {
     let s = &g.stats;
     let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let n = predicted(s);
     json!({
         "cache_n": s.cache_n,
         "prompt_n": s.prompt_n,
         "prompt_ms": s.prompt_ms,
         "prompt_per_token_ms": per_token(s.prompt_ms, s.prompt_n),
         "prompt_per_second": s.prompt_tps(),
-        "predicted_n": s.generated_tokens,
+        "predicted_n": n,
         "predicted_ms": s.generate_ms,
-        "predicted_per_token_ms": per_token(s.generate_ms, s.generated_tokens),
-        "predicted_per_second": s.generate_tps(),
+        "predicted_per_token_ms": per_token(s.generate_ms, n),
+        "predicted_per_second": if s.generate_ms > 0.0 { n as f64 * 1000.0 / s.generate_ms } else { 0.0 },
     })
 }
 
 fn usage(g: &Generation) -> Value {
     json!({
         "prompt_tokens": g.stats.prompt_tokens,
-        "completion_tokens": g.stats.generated_tokens,
-        "total_tokens": g.stats.prompt_tokens + g.stats.generated_tokens,
+        "completion_tokens": predicted(&g.stats),
+        "total_tokens": g.stats.prompt_tokens + predicted(&g.stats),
+        // OpenAI's place for the prompt tokens a cache spared.
+        "prompt_tokens_details": {"cached_tokens": g.stats.cache_n},
     })
 }
 
@@ -379,7 +389,7 @@ impl Shape {
             "model": self.model,
             "generation_settings": self.settings,
             "prompt": self.prompt,
-            "tokens_predicted": g.stats.generated_tokens,
+            "tokens_predicted": predicted(&g.stats),
             "tokens_evaluated": g.stats.prompt_tokens,
             "tokens_cached": g.stats.prompt_tokens + g.stats.generated_tokens,
             "truncated": false,

@@ -401,7 +401,7 @@ fn record(m: &Metrics, g: &Generation) {
     m.prompt_us
         .fetch_add((s.prompt_ms * 1000.0) as u64, Ordering::Relaxed);
     m.predicted_tokens
-        .fetch_add(s.generated_tokens as u64, Ordering::Relaxed);
+        .fetch_add(crate::api::predicted(s) as u64, Ordering::Relaxed);
     m.predicted_us
         .fetch_add((s.generate_ms * 1000.0) as u64, Ordering::Relaxed);
 }
