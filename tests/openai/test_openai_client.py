@@ -136,6 +136,12 @@ def check_usage(u, *, finish=None, max_tokens=None):
             assert u.completion_tokens <= max_tokens, f"finish 'stop' with {u.completion_tokens} tokens"
 
 
+def counts(u):
+    """A usage's token counts; the cached part of the prompt depends on what
+    ran before, so it is left out."""
+    return (u.prompt_tokens, u.completion_tokens, u.total_tokens)
+
+
 def check_timings(t, u):
     assert isinstance(t, dict), f"timings is {t!r}"
     for k in ["prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_second"]:
@@ -490,7 +496,7 @@ def chat_stream_equals_non_stream(ctx):
         s = ctx.chat_stream(msgs, include_usage=True, **kw)
         eq(s.text, text, f"{name}: streamed text vs non-streamed")
         eq(s.finish, full.choices[0].finish_reason, f"{name}: streamed finish_reason")
-        eq(s.usage.model_dump(), full.usage.model_dump(), f"{name}: streamed usage")
+        eq(counts(s.usage), counts(full.usage), f"{name}: streamed usage")
 
 
 @check
@@ -597,7 +603,7 @@ def completions_stream(ctx):
         s = ctx.complete_stream(REPEAT, include_usage=True, **kw)
         eq(s.text, text, f"{name}: streamed text vs non-streamed")
         eq(s.finish, full.choices[0].finish_reason, f"{name}: streamed finish_reason")
-        eq(s.usage.model_dump(), full.usage.model_dump(), f"{name}: streamed usage")
+        eq(counts(s.usage), counts(full.usage), f"{name}: streamed usage")
     s = ctx.complete_stream(REPEAT, logprobs=1)
     eq("".join(t for lp in s.logprobs for t in lp.tokens), s.text, "streamed logprobs tokens vs text")
     offsets = [o for lp in s.logprobs for o in lp.text_offset]
