@@ -491,6 +491,17 @@ fn serve_endpoints() {
     let n = e["tokens"].as_array().unwrap().len() as u64;
     assert_eq!(e["tokens_predicted"].as_u64(), Some(n + 1), "{e}");
     assert_eq!(e["timings"]["predicted_n"].as_u64(), Some(n + 1), "{e}");
+    // A logit_bias pair may name text instead of a token id (llama-server's
+    // form): banning the greedy answer's first word changes the answer.
+    let word = text.split_whitespace().next().unwrap().to_owned();
+    let mut banned = lbody.clone();
+    banned["logit_bias"] = json!([[format!(" {word}"), false]]);
+    let other = post(port, "/completion", &banned).json();
+    let other = other["content"].as_str().unwrap();
+    assert!(
+        !other.starts_with(&format!(" {word}")),
+        "{other:?} vs {text:?}"
+    );
     // llama-server's echo of the request: its prompt and sampling.
     assert_eq!(v["prompt"], "The capital of France is", "{v}");
     let gs = &v["generation_settings"];
@@ -610,7 +621,7 @@ fn serve_rejects_malformed_requests_and_survives() {
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#.into(), 400),
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#.into(), 400),
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"999999":1}}"#.into(), 400),
-        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"abc":1}}"#.into(), 400),
+        ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"abc":"x"}}"#.into(), 400),
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}"#.into(), 400),
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#.into(), 400),
         ("POST", chat, r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":50,"logprobs":true}"#.into(), 400),

@@ -298,7 +298,7 @@ pub fn gen_request(
         frequency_penalty: get_f32(o, "frequency_penalty", -2.0, 2.0)?
             .unwrap_or(d.frequency_penalty),
         presence_penalty: get_f32(o, "presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
-        logit_bias: logit_bias(o, n_vocab)?,
+        logit_bias: logit_bias(o, n_vocab, &|t| engine.tokenizer.encode(t, false, false))?,
     };
     llama_sampling(o, &mut sampler)?;
     let stop = stop_strings(o)?;
@@ -526,7 +526,13 @@ fn llama_sampling(o: &Obj, s: &mut SamplerParams) -> Result<(), ApiError> {
 
 /// OpenAI's `{"token id": bias}` or llama-server's `[[id, bias], ...]`, where
 /// a bias of `false` bans the token.
-fn logit_bias(o: &Obj, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+/// A key or first element that is text, not a token id, biases each token
+/// of that text (`tokenize`, without special tokens), as llama-server does.
+fn logit_bias(
+    o: &Obj,
+    n_vocab: usize,
+    tokenize: &dyn Fn(&str) -> Vec<u32>,
+) -> Result<Vec<(u32, f32)>, ApiError> {
     let check_id = |id: i64| -> Result<u32, ApiError> {
         if id < 0 || id as u64 >= n_vocab as u64 {
             return Err(ApiError::bad_request(format!(
@@ -548,39 +554,58 @@ fn logit_bias(o: &Obj, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     };
     match field(o, "logit_bias") {
         None => Ok(Vec::new()),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| {
-                let id: i64 = k.trim().parse().map_err(|_| {
-                    ApiError::bad_request(format!("logit_bias: {k:?} is not a token id"))
-                })?;
-                Ok((check_id(id)?, bias(v)?))
-            })
-            .collect(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|pair| match pair.as_array().map(Vec::as_slice) {
-                Some([id, b]) => {
-                    let id = match (id.as_i64(), id.is_u64()) {
-                        (Some(id), _) => id,
-                        // Past i64: outside any vocabulary.
-                        (None, true) => {
-                            return Err(ApiError::bad_request(format!(
-                                "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
-                            )))
-                        }
-                        (None, false) => {
-                            return Err(wrong("logit_bias token id", "an integer", id))
-                        }
-                    };
-                    Ok((check_id(id)?, bias(b)?))
+        Some(Value::Object(m)) => {
+            let mut out = Vec::new();
+            for (k, v) in m {
+                let b = bias(v)?;
+                match k.trim().parse::<i64>() {
+                    Ok(id) => out.push((check_id(id)?, b)),
+                    Err(_) => out.extend(tokenize(k).into_iter().map(|id| (id, b))),
                 }
-                _ => Err(ApiError::bad_request(
-                    "logit_bias entries must be [token_id, bias] pairs",
-                )),
-            })
-            .collect(),
+            }
+            Ok(out)
+        }
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for pair in a {
+                out.extend(bias_pair_of(pair, &check_id, &bias, tokenize, n_vocab)?);
+            }
+            Ok(out)
+        }
         Some(v) => Err(wrong("logit_bias", "an object or an array", v)),
+    }
+}
+
+/// One `[token id or text, bias]` pair of llama-server's logit_bias array,
+/// as the (token, bias) entries it stands for.
+fn bias_pair_of(
+    pair: &Value,
+    check_id: &dyn Fn(i64) -> Result<u32, ApiError>,
+    bias: &dyn Fn(&Value) -> Result<f32, ApiError>,
+    tokenize: &dyn Fn(&str) -> Vec<u32>,
+    n_vocab: usize,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    match pair.as_array().map(Vec::as_slice) {
+        Some([Value::String(text), b]) => {
+            let b = bias(b)?;
+            Ok(tokenize(text).into_iter().map(|id| (id, b)).collect())
+        }
+        Some([id, b]) => {
+            let id = match (id.as_i64(), id.is_u64()) {
+                (Some(id), _) => id,
+                // Past i64: outside any vocabulary.
+                (None, true) => {
+                    return Err(ApiError::bad_request(format!(
+                        "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
+                    )))
+                }
+                (None, false) => return Err(wrong("logit_bias token id", "an integer", id)),
+            };
+            Ok(vec![(check_id(id)?, bias(b)?)])
+        }
+        _ => Err(ApiError::bad_request(
+            "logit_bias entries must be [token id or text, bias] pairs",
+        )),
     }
 }
 
@@ -993,16 +1018,26 @@ mod tests {
 
     #[test]
     fn logit_bias_in_both_shapes() {
+        // A stand-in tokenizer: one token per byte, id = byte % 10.
+        let tok = |t: &str| t.bytes().map(|b| u32::from(b % 10)).collect::<Vec<u32>>();
+        let logit_bias = |o: &Obj, n| logit_bias(o, n, &tok);
         let o = obj(json!({"logit_bias": {"5": -1.5, "7": false}}));
         let mut b = logit_bias(&o, 10).unwrap();
         b.sort_by_key(|p| p.0);
         assert_eq!(b, vec![(5, -1.5), (7, f32::NEG_INFINITY)]);
         let o = obj(json!({"logit_bias": [[3, 2.0]]}));
         assert_eq!(logit_bias(&o, 10).unwrap(), vec![(3, 2.0)]);
+        // Text instead of an id: each of its tokens, as llama-server.
+        let o = obj(json!({"logit_bias": [["ab", false]]}));
+        let ban = f32::NEG_INFINITY;
+        assert_eq!(logit_bias(&o, 10).unwrap(), vec![(7, ban), (8, ban)]);
+        let o = obj(json!({"logit_bias": {"c": 1.0}}));
+        assert_eq!(logit_bias(&o, 10).unwrap(), vec![(9, 1.0)]);
         for bad in [
             json!({"logit_bias": {"10": 1}}),
-            json!({"logit_bias": {"x": 1}}),
+            json!({"logit_bias": {"x": "big"}}),
             json!({"logit_bias": [[1]]}),
+            json!({"logit_bias": [[[1], 1]]}),
             json!({"logit_bias": 3}),
             json!({"logit_bias": {"1": "big"}}),
         ] {
