@@ -1384,6 +1384,19 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
         assert!(next_chunk(&mut r).unwrap().is_some());
     }
     assert_eq!(busy_slots(port), 1);
+    // llama-server's view of the running slot: what is left of its 200.
+    let slots = request(port, "GET", "/slots", "").json();
+    let busy = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["is_processing"] == true)
+        .unwrap();
+    let next = &busy["next_token"][0];
+    assert_eq!(next["has_next_token"], true, "{busy}");
+    let (remain, decoded) = (next["n_remain"].as_i64(), next["n_decoded"].as_i64());
+    assert_eq!(remain.zip(decoded).map(|(r, d)| r + d), Some(200), "{busy}");
+    assert!(decoded >= Some(3), "{busy}");
     leave_and_wait_for_idle_slots(port, r, Duration::from_secs(1));
     assert_eq!(metric(port, "requests_processing"), 0.0);
 

@@ -57,6 +57,8 @@ pub struct SlotInfo {
     /// Tokens whose keys and values are in the cache.
     pub n_past: usize,
     pub n_decoded: usize,
+    /// The sequence's token limit (negative: none).
+    pub n_predict: i64,
 }
 
 /// Why a request could not join.
@@ -225,6 +227,7 @@ impl<'e> Batch<'e> {
                     cache_n: q.cache_n,
                     n_past: q.n_past,
                     n_decoded: q.history.len() - q.prompt_len,
+                    n_predict: q.params.n_predict,
                 },
                 None => SlotInfo {
                     id,

@@ -739,15 +739,30 @@ pub async fn slots(State(s): AppState) -> Response {
     } else {
         info.iter()
             .map(|slot| {
+                let running = slot.task.is_some();
+                // llama-server's n_remain: -1 without a limit.
+                let remain = if slot.n_predict < 0 {
+                    -1
+                } else {
+                    (slot.n_predict - slot.n_decoded as i64).max(0)
+                };
                 json!({
                     "id": slot.id,
                     "id_task": slot.task.map_or(-1, |t| t as i64),
                     "n_ctx": slot.n_ctx,
-                    "is_processing": slot.task.is_some(),
+                    "speculative": false,
+                    "is_processing": running,
                     "n_prompt_tokens": slot.n_prompt,
+                    "n_prompt_tokens_processed": slot.n_past.min(slot.n_prompt).saturating_sub(slot.cache_n),
+                    "n_prompt_tokens_cache": slot.cache_n,
                     "n_cached_tokens": slot.cache_n,
                     "n_past": slot.n_past,
                     "n_decoded": slot.n_decoded,
+                    "next_token": [{
+                        "has_next_token": running,
+                        "n_remain": remain,
+                        "n_decoded": slot.n_decoded,
+                    }],
                 })
             })
             .collect()
