@@ -108,6 +108,10 @@ struct Slot<'e> {
     /// The tokens whose keys and values the cache holds, from position 0
     /// (kept after a sequence leaves, for the next one to reuse).
     cached: Vec<u32>,
+    /// For each of those positions, whether its chunk took the tiled
+    /// attention path (on the CPU): a later prompt reuses a position only
+    /// where a fresh run of that prompt takes the same path.
+    tiled: Vec<bool>,
     seq: Option<Seq<'e>>,
 }
 
@@ -138,6 +142,7 @@ impl<'e> Batch<'e> {
                 .map(|_| Slot {
                     cache: Store::Cpu(engine.model.new_cache(n_ctx)),
                     cached: Vec::new(),
+                    tiled: Vec::new(),
                     seq: None,
                 })
                 .collect(),
@@ -181,6 +186,7 @@ impl<'e> Batch<'e> {
                 .map(|_| Slot {
                     cache: Store::Gpu(model.new_seq()),
                     cached: Vec::new(),
+                    tiled: Vec::new(),
                     seq: None,
                 })
                 .collect(),
@@ -290,7 +296,23 @@ impl<'e> Batch<'e> {
                 (cache_n, Some(device))
             }
             (cache, _) => {
-                let mut n = reusable_prefix(common, prompt.len(), self.chunk);
+                // The reused positions' keys and values must be those a
+                // fresh run computes: each was computed on its chunk's
+                // attention path then, which must be the one this prompt's
+                // chunks give it (a 260-token prompt's first tokens were
+                // tiled; a 31-token prompt's are not).
+                let fresh_tiled = |t: usize| {
+                    let start = t / self.chunk * self.chunk;
+                    (start + self.chunk).min(prompt.len()) - start >= TILED_MIN_QUERIES
+                };
+                let same_path = slot
+                    .tiled
+                    .iter()
+                    .take(common)
+                    .enumerate()
+                    .take_while(|&(t, &tiled)| tiled == fresh_tiled(t))
+                    .count();
+                let mut n = reusable_prefix(common.min(same_path), prompt.len(), self.chunk);
                 // A window ring keeps the last positions only: the window
                 // before the reused prefix's end must still be there.
                 let window = self.engine.model.spec.hparams.sliding_window;
@@ -303,6 +325,7 @@ impl<'e> Batch<'e> {
             }
         };
         slot.cached.truncate(cache_n);
+        slot.tiled.truncate(cache_n);
         slot.seq = Some(Seq {
             id,
             sampler,
@@ -418,6 +441,9 @@ impl<'e> Batch<'e> {
             let q = slot.seq.as_mut().expect("planned");
             slot.cached.truncate(from);
             slot.cached.extend_from_slice(&q.history[from..to]);
+            // The path `attend` takes for this sequence's chunk.
+            slot.tiled.truncate(from);
+            slot.tiled.resize(to, to - from >= TILED_MIN_QUERIES);
             q.n_past = to;
             if to < q.history.len() {
                 continue; // more prompt to feed
@@ -588,6 +614,7 @@ impl<'e> Batch<'e> {
 fn fail(slot: &mut Slot<'_>, e: kestrel_gpu::GpuError, done: &mut Vec<Finished>) {
     if let Some(q) = slot.seq.take() {
         slot.cached.clear();
+        slot.tiled.clear();
         done.push((q.id, Err(EngineError::Gpu(e))));
     }
 }
@@ -664,6 +691,8 @@ fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
     let valid = seq.n_past.min(seq.history.len());
     slot.cached.clear();
     slot.cached.extend_from_slice(&seq.history[..valid]);
+    // (On the CPU every position fed was recorded as it was fed.)
+    slot.tiled.truncate(valid);
     let now = Instant::now();
     let prompt_done = seq.prompt_done.unwrap_or(now);
     let (text, logprobs, stopped_late) = seq.emitter.finish();

@@ -272,3 +272,45 @@ fn cancel_frees_the_slot_and_returns_what_was_generated() {
     }
     assert!(batch.has_free_slot());
 }
+
+/// A slot's cached prefix is reused only where its keys and values are what
+/// a fresh run of the new prompt computes: the first tokens of a 90-token
+/// prompt went through tiled attention (one chunk of 64 or more queries),
+/// while a 40-token prompt starting with them computes them one query at
+/// a time, so none of them is reused; a prompt whose own first chunk is
+/// long again reuses them.
+#[test]
+fn reuse_only_what_a_fresh_run_of_the_new_prompt_computes() {
+    let e = engine();
+    let long = e.tokenize_prompt(&long_prompt(30, "rivers"));
+    assert!((64..256).contains(&long.len()), "{}", long.len());
+    let params = GenerateParams {
+        n_probs: 3,
+        ..greedy(8)
+    };
+    let req = |prompt: Vec<u32>| Req {
+        prompt,
+        params: params.clone(),
+        join: 0,
+    };
+    let mut short = long[..30].to_vec();
+    short.extend(e.tokenize_prompt("\nSummary:").iter().skip(1));
+    assert!(short.len() < 64);
+    let mut longer = long[..long.len() - 4].to_vec();
+    longer.extend(e.tokenize_prompt(" and lakes.\nSummary:").iter().skip(1));
+    assert!(longer.len() >= 64);
+
+    let mut batch = Batch::new(e, 1, N_CTX, 256);
+    batched(&mut batch, &[req(long.clone())], false);
+    let (got, _) = batched(&mut batch, &[req(short.clone())], true);
+    assert_same("short after long", &got[0], &alone(&req(short)));
+    assert_eq!(
+        got[0].0.stats.cache_n, 0,
+        "tiled positions reused one-query"
+    );
+
+    batched(&mut batch, &[req(long.clone())], false);
+    let (got, _) = batched(&mut batch, &[req(longer.clone())], true);
+    assert_same("longer after long", &got[0], &alone(&req(longer)));
+    assert!(got[0].0.stats.cache_n > 30, "{}", got[0].0.stats.cache_n);
+}
