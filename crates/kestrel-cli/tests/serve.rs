@@ -399,6 +399,41 @@ fn serve_endpoints() {
     });
     assert_eq!(streamed, text);
     assert_eq!(r.header("x-accel-buffering"), Some("no"));
+    // text_offset: where each token's text starts, streamed or not, also
+    // while a possible stop string holds text back.
+    let mut lp_body = body.clone();
+    lp_body["logprobs"] = json!(1);
+    lp_body["stop"] = json!([format!(
+        "{}. X",
+        text.trim_start().split('.').next().unwrap()
+    )]);
+    let plain = post(port, "/v1/completions", &lp_body).json();
+    let offsets = plain["choices"][0]["logprobs"]["text_offset"].clone();
+    let tokens = plain["choices"][0]["logprobs"]["tokens"].clone();
+    let mut at = 0;
+    for (o, t) in offsets
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(tokens.as_array().unwrap())
+    {
+        assert_eq!(o.as_u64(), Some(at), "{plain}");
+        at += t.as_str().unwrap().chars().count() as u64;
+    }
+    lp_body["stream"] = json!(true);
+    let streamed: Vec<Value> = post(port, "/v1/completions", &lp_body)
+        .events()
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["text_offset"]
+                .as_array()
+                .cloned()
+        })
+        .flatten()
+        .collect();
+    assert_eq!(Value::from(streamed), offsets, "{plain}");
     // Embeddings: a 501 that says so, as llama-server without --embeddings.
     let r = post(port, "/v1/embeddings", &json!({"input": "hi"}));
     assert_error(&r, 501, "embeddings");

@@ -306,9 +306,9 @@ impl Shape {
         }
     }
 
-    /// The `logprobs` value of a choice covering `lps`; `offset` is the text
-    /// offset of the first token (legacy completions).
-    fn logprobs_block(&self, lps: &[TokenLogprobs], mut offset: usize) -> Value {
+    /// The `logprobs` value of a choice covering `lps`; `offsets` has seen
+    /// the tokens before them (legacy completions' `text_offset`).
+    fn logprobs_block(&self, lps: &[TokenLogprobs], offsets: &mut Offsets) -> Value {
         let Some(n) = self.logprobs else {
             return Value::Null;
         };
@@ -317,11 +317,11 @@ impl Shape {
             Api::Chat => json!({"content": entries}),
             Api::Llama => Value::Array(entries),
             Api::Completions => {
-                let mut text_offset = Vec::new();
-                for e in &entries {
-                    text_offset.push(offset);
-                    offset += e["token"].as_str().map_or(0, str::len);
-                }
+                let tokenizer = &self.engine().tokenizer;
+                let text_offset: Vec<usize> = lps
+                    .iter()
+                    .map(|lp| offsets.next(&tokenizer.token_to_piece(lp.token, true)))
+                    .collect();
                 json!({
                     "tokens": entries.iter().map(|e| e["token"].clone()).collect::<Vec<_>>(),
                     "token_logprobs": entries.iter().map(|e| e["logprob"].clone()).collect::<Vec<_>>(),
@@ -335,7 +335,7 @@ impl Shape {
     /// The non-streamed answer.
     fn full(&self, g: &Generation) -> Value {
         let reason = finish_reason(g.stats.stop);
-        let logprobs = self.logprobs_block(&g.logprobs, 0);
+        let logprobs = self.logprobs_block(&g.logprobs, &mut Offsets::default());
         match self.api {
             Api::Chat => json!({
                 "id": self.id, "object": "chat.completion", "created": self.created,
@@ -432,7 +432,7 @@ impl Shape {
         token: Option<u32>,
         text: &str,
         lp: Option<&TokenLogprobs>,
-        offset: usize,
+        offsets: &mut Offsets,
     ) -> Option<Value> {
         // Text held back (a stop string's possible start, part of a UTF-8
         // character) leaves an OpenAI chunk nothing to carry; llama-server's
@@ -443,7 +443,7 @@ impl Shape {
             return None;
         }
         let logprobs = match lp {
-            Some(lp) => self.logprobs_block(std::slice::from_ref(lp), offset),
+            Some(lp) => self.logprobs_block(std::slice::from_ref(lp), offsets),
             None => Value::Null,
         };
         Some(match self.api {
@@ -500,6 +500,53 @@ fn fingerprint() -> String {
     format!("kestrel-{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Where each token's text starts in the answer, in characters (legacy
+/// completions' `text_offset`), counted from the tokens' bytes, not from
+/// the text sent so far: text held back for a possible stop string, or a
+/// character split across tokens, moved the count. A character that ends
+/// in a token is counted after that token's offset; invalid bytes count
+/// as the one replacement character the text shows for them.
+#[derive(Default)]
+struct Offsets {
+    chars: usize,
+    /// The start of a character still incomplete.
+    tail: Vec<u8>,
+}
+
+impl Offsets {
+    /// The offset of the token whose bytes are `piece`; then counts them.
+    fn next(&mut self, piece: &[u8]) -> usize {
+        let at = self.chars;
+        self.tail.extend_from_slice(piece);
+        let mut rest: &[u8] = &self.tail;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    self.chars += String::from_utf8_lossy(valid).chars().count();
+                    match e.error_len() {
+                        Some(n) => {
+                            self.chars += 1;
+                            rest = &after[n..];
+                        }
+                        None => {
+                            rest = after;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.tail = rest.to_vec();
+        at
+    }
+}
+
 fn sse_event(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
@@ -513,7 +560,7 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         include_usage: bool,
         started: bool,
         done: bool,
-        offset: usize,
+        offsets: Offsets,
     }
     let st = St {
         rx,
@@ -521,7 +568,7 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         include_usage: req.include_usage,
         started: false,
         done: false,
-        offset: 0,
+        offsets: Offsets::default(),
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
@@ -532,7 +579,10 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
             st.started = true;
             out.extend(st.shape.stream_start().iter().map(sse_event));
             // The continued assistant turn comes first, as its own delta.
-            if let Some(v) = st.shape.stream_token(None, &st.shape.prefill, None, 0) {
+            if let Some(v) = st
+                .shape
+                .stream_token(None, &st.shape.prefill, None, &mut st.offsets)
+            {
                 out.push(sse_event(&v));
             }
         }
@@ -546,11 +596,10 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
                 }) => {
                     if let Some(v) =
                         st.shape
-                            .stream_token(token, &text, logprobs.as_ref(), st.offset)
+                            .stream_token(token, &text, logprobs.as_ref(), &mut st.offsets)
                     {
                         out.push(sse_event(&v));
                     }
-                    st.offset += text.len();
                 }
                 Some(Event::Done(Ok(g))) => {
                     out.extend(
@@ -912,4 +961,28 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         format!("no such endpoint: {}", uri.path()),
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Offsets;
+
+    #[test]
+    fn text_offsets_count_characters_of_the_tokens_bytes() {
+        let mut o = Offsets::default();
+        let pieces: [&[u8]; 6] = [
+            b"ab",
+            "é".as_bytes(),
+            &[0xE4, 0xBD],
+            &[0xA0, b'x'],
+            &[0xFF],
+            b"z",
+        ];
+        let got: Vec<usize> = pieces.iter().map(|p| o.next(p)).collect();
+        // "ab" 0, "é" 2, the first bytes of "你" 3, its last byte and "x"
+        // still 3 (the character starts before them), an invalid byte 5
+        // (after "你x"), "z" 6.
+        assert_eq!(got, [0, 2, 3, 3, 5, 6]);
+        assert_eq!(o.next(b""), 7);
+    }
 }
