@@ -313,8 +313,9 @@ def chat_basic_fields_and_timings(ctx):
 
 @check
 def chat_content_as_text_parts(ctx):
-    plain = ctx.chat(user("Say hello."))
-    parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hello."}]
+    # Parts join with a newline, as llama-server joins them.
+    plain = ctx.chat(user("Say\nhello."))
+    parts = [{"type": "text", "text": "Say"}, {"type": "text", "text": "hello."}]
     parts = ctx.chat([{"role": "user", "content": parts}])
     check_chat(parts, ctx)
     eq(parts.usage.prompt_tokens, plain.usage.prompt_tokens, "prompt_tokens, parts vs string")

@@ -1124,8 +1124,9 @@ fn serve_queue_full_and_shutdown_mid_stream() {
     );
     assert_error(&r, 503, "queue full");
 
-    // SIGTERM: A's stream is cut short but closed properly, B is told the
-    // server is going away, and the process exits 0.
+    // SIGTERM: A's stream is cut short and says so (an error event, not a
+    // finish_reason that passes for a whole answer), then closes properly;
+    // B is told the server is going away; the process exits 0.
     let pid = s.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
@@ -1138,7 +1139,8 @@ fn serve_queue_full_and_shutdown_mid_stream() {
     }
     let rest = String::from_utf8(rest).unwrap();
     assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
-    assert!(rest.contains("\"finish_reason\":\"stop\""), "{rest}");
+    assert!(rest.contains("cut short"), "{rest}");
+    assert!(!rest.contains("\"finish_reason\":\"stop\""), "{rest}");
     let mut rest = Vec::new();
     while let Some(c) = next_chunk(&mut b).unwrap() {
         rest.extend(c);
@@ -1431,7 +1433,8 @@ fn serve_cancel_frees_slot_and_prompt_cache_is_reused() {
     assert_eq!(next["has_next_token"], true, "{busy}");
     let (remain, decoded) = (next["n_remain"].as_i64(), next["n_decoded"].as_i64());
     assert_eq!(remain.zip(decoded).map(|(r, d)| r + d), Some(200), "{busy}");
-    assert!(decoded >= Some(3), "{busy}");
+    // (Published after each step: it may lag the stream by a token.)
+    assert!(decoded >= Some(1), "{busy}");
     leave_and_wait_for_idle_slots(port, r, Duration::from_secs(1));
     assert_eq!(metric(port, "requests_processing"), 0.0);
 

@@ -157,8 +157,17 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         Ok(sse(rx, shape, req))
     } else {
         let g = wait(rx).await?;
+        if g.stats.stop == StopReason::Cancelled {
+            return Err(cut_short());
+        }
         Ok(ok(shape.full(&g)))
     }
+}
+
+/// A generation cancelled while its client still listens: only a shutdown
+/// does that, and the partial answer must not pass for a whole one.
+fn cut_short() -> ApiError {
+    ApiError::unavailable("the server is shutting down: the answer was cut short")
 }
 
 /// Waits for the end of a generation, ignoring the token events.
@@ -600,6 +609,12 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
                     {
                         out.push(sse_event(&v));
                     }
+                }
+                // Cut short by a shutdown (a client that left reads nothing).
+                Some(Event::Done(Ok(g))) if g.stats.stop == StopReason::Cancelled => {
+                    out.push(sse_event(&cut_short().body()));
+                    st.done = true;
+                    break;
                 }
                 Some(Event::Done(Ok(g))) => {
                     out.extend(

@@ -664,7 +664,14 @@ pub fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
                         let p = p.as_object().ok_or_else(|| wrong(&at, "an object", p))?;
                         match p.get("type").and_then(Value::as_str) {
                             Some("text") => match p.get("text") {
-                                Some(Value::String(t)) => text.push_str(t),
+                                // Parts join with a newline, as llama-server
+                                // joins them for templates of plain strings.
+                                Some(Value::String(t)) => {
+                                    if !text.is_empty() {
+                                        text.push('\n');
+                                    }
+                                    text.push_str(t)
+                                }
                                 Some(other) => {
                                     return Err(wrong(&format!("{at}.text"), "a string", other))
                                 }
@@ -887,7 +894,7 @@ mod tests {
         ]}));
         let m = messages(&o).unwrap();
         assert_eq!(m[0].role, "system");
-        assert_eq!(m[1].content, "Hello");
+        assert_eq!(m[1].content, "Hel\nlo");
         let o = obj(json!({"messages": [
             {"role": "user", "content": "Hi", "name": "bob"},
             {"role": "assistant", "content": null, "tool_calls": []},
