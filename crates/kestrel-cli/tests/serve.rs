@@ -698,7 +698,7 @@ fn serve_rejects_malformed_requests_and_survives() {
     // numbers past every range, and a body over the 8 MiB cap.
     let msg = |extra: &str| format!(r#"{{"messages":[{{"role":"user","content":"x"}}]{extra}}}"#);
     let ten_mb = format!(r#"{{"prompt":"{}"}}"#, "a".repeat(10 << 20));
-    let raw: Vec<(&str, Vec<u8>, &str, u16)> = vec![
+    let mut raw: Vec<(&str, Vec<u8>, &str, u16)> = vec![
         (
             chat,
             b"prompt=hi&max_tokens=3".to_vec(),
@@ -729,37 +729,17 @@ fn serve_rejects_malformed_requests_and_survives() {
             "application/json",
             400,
         ),
-        (
-            chat,
-            msg(r#","max_tokens":1e300"#).into_bytes(),
-            "application/json",
-            400,
-        ),
-        (
-            chat,
-            msg(r#","max_tokens":18446744073709551616"#).into_bytes(),
-            "application/json",
-            400,
-        ),
-        (
-            chat,
-            msg(r#","temperature":1e400"#).into_bytes(),
-            "application/json",
-            400,
-        ),
-        (
-            chat,
-            msg(r#","seed":-1e20"#).into_bytes(),
-            "application/json",
-            400,
-        ),
-        (
-            chat,
-            msg(r#","top_k":99999999999999999999999"#).into_bytes(),
-            "application/json",
-            400,
-        ),
     ];
+    // Numbers past every range.
+    for extra in [
+        r#","max_tokens":1e300"#,
+        r#","max_tokens":18446744073709551616"#,
+        r#","temperature":1e400"#,
+        r#","seed":-1e20"#,
+        r#","top_k":99999999999999999999999"#,
+    ] {
+        raw.push((chat, msg(extra).into_bytes(), "application/json", 400));
+    }
     for (path, body, content_type, status) in &raw {
         let r = try_request(port, "POST", path, &[("Content-Type", content_type)], body)
             .unwrap_or_else(|e| panic!("{content_type} {path}: {e}"));
