@@ -241,8 +241,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/embeddings", post(api::embeddings))
         .route("/embedding", post(api::embeddings))
         .fallback(api::not_found)
-        .layer(middleware::from_fn_with_state(shared.clone(), auth))
+        // The body is read after the key is checked: a client without one
+        // makes the server buffer nothing.
         .layer(middleware::from_fn_with_state(shared.clone(), read_body))
+        .layer(middleware::from_fn_with_state(shared.clone(), auth))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), cors))
         .with_state(shared)
