@@ -753,16 +753,15 @@ pub async fn props(State(s): AppState) -> Response {
     );
     defaults["seed"] = json!(-1);
     // The special tokens' text, as llama-server gives it ("" for none).
-    let special = |id: Option<u32>| match (s.loaded(), id) {
-        (Ok(l), Some(id)) => json!(piece(&l.engine, id).0),
-        (Ok(_), None) => json!(""),
-        (Err(_), _) => Value::Null,
-    };
     let (bos, eos) = match s.loaded() {
-        Ok(l) => (
-            special(l.engine.tokenizer.bos()),
-            special(l.engine.tokenizer.eos()),
-        ),
+        Ok(l) => {
+            let text =
+                |id: Option<u32>| json!(id.map_or(String::new(), |id| piece(&l.engine, id).0));
+            (
+                text(l.engine.tokenizer.bos()),
+                text(l.engine.tokenizer.eos()),
+            )
+        }
         Err(_) => (Value::Null, Value::Null),
     };
     ok(json!({

@@ -533,13 +533,15 @@ fn logit_bias(
     n_vocab: usize,
     tokenize: &dyn Fn(&str) -> Vec<u32>,
 ) -> Result<Vec<(u32, f32)>, ApiError> {
-    let check_id = |id: i64| -> Result<u32, ApiError> {
-        if id < 0 || id as u64 >= n_vocab as u64 {
-            return Err(ApiError::bad_request(format!(
-                "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
-            )));
-        }
-        Ok(id as u32)
+    // `shown` is the id as the request wrote it (it may not fit any type).
+    let token = |id: Option<i128>, shown: &dyn std::fmt::Display| {
+        id.and_then(|id| u32::try_from(id).ok())
+            .filter(|&t| (t as usize) < n_vocab)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "logit_bias: token id {shown} is outside the vocabulary of {n_vocab}"
+                ))
+            })
     };
     let bias = |v: &Value| -> Result<f32, ApiError> {
         match v {
@@ -552,61 +554,41 @@ fn logit_bias(
             other => Err(wrong("logit_bias value", "a number or false", other)),
         }
     };
+    let text = |t: &str, b: f32| tokenize(t).into_iter().map(move |id| (id, b));
+    let mut out = Vec::new();
     match field(o, "logit_bias") {
-        None => Ok(Vec::new()),
+        None => {}
         Some(Value::Object(m)) => {
-            let mut out = Vec::new();
             for (k, v) in m {
                 let b = bias(v)?;
-                match k.trim().parse::<i64>() {
-                    Ok(id) => out.push((check_id(id)?, b)),
-                    Err(_) => out.extend(tokenize(k).into_iter().map(|id| (id, b))),
+                let digits = k.trim().trim_start_matches('-');
+                if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) {
+                    out.push((token(k.trim().parse().ok(), k)?, b));
+                } else {
+                    out.extend(text(k, b));
                 }
             }
-            Ok(out)
         }
-        Some(Value::Array(a)) => {
-            let mut out = Vec::new();
-            for pair in a {
-                out.extend(bias_pair_of(pair, &check_id, &bias, tokenize, n_vocab)?);
-            }
-            Ok(out)
-        }
-        Some(v) => Err(wrong("logit_bias", "an object or an array", v)),
-    }
-}
-
-/// One `[token id or text, bias]` pair of llama-server's logit_bias array,
-/// as the (token, bias) entries it stands for.
-fn bias_pair_of(
-    pair: &Value,
-    check_id: &dyn Fn(i64) -> Result<u32, ApiError>,
-    bias: &dyn Fn(&Value) -> Result<f32, ApiError>,
-    tokenize: &dyn Fn(&str) -> Vec<u32>,
-    n_vocab: usize,
-) -> Result<Vec<(u32, f32)>, ApiError> {
-    match pair.as_array().map(Vec::as_slice) {
-        Some([Value::String(text), b]) => {
-            let b = bias(b)?;
-            Ok(tokenize(text).into_iter().map(|id| (id, b)).collect())
-        }
-        Some([id, b]) => {
-            let id = match (id.as_i64(), id.is_u64()) {
-                (Some(id), _) => id,
-                // Past i64: outside any vocabulary.
-                (None, true) => {
-                    return Err(ApiError::bad_request(format!(
-                        "logit_bias: token id {id} is outside the vocabulary of {n_vocab}"
-                    )))
+        Some(Value::Array(pairs)) => {
+            for pair in pairs {
+                match pair.as_array().map(Vec::as_slice) {
+                    Some([Value::String(t), b]) => out.extend(text(t, bias(b)?)),
+                    Some([id @ Value::Number(n), b]) if n.is_i64() || n.is_u64() => {
+                        let v = n.as_i64().map(i128::from).or(n.as_u64().map(i128::from));
+                        out.push((token(v, id)?, bias(b)?));
+                    }
+                    Some([id, _]) => return Err(wrong("logit_bias token id", "an integer", id)),
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "logit_bias entries must be [token id or text, bias] pairs",
+                        ))
+                    }
                 }
-                (None, false) => return Err(wrong("logit_bias token id", "an integer", id)),
-            };
-            Ok(vec![(check_id(id)?, bias(b)?)])
+            }
         }
-        _ => Err(ApiError::bad_request(
-            "logit_bias entries must be [token id or text, bias] pairs",
-        )),
+        Some(v) => return Err(wrong("logit_bias", "an object or an array", v)),
     }
+    Ok(out)
 }
 
 /// The conversation of a chat request: a non-empty array of messages with
