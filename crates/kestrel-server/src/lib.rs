@@ -2,7 +2,8 @@
 //! endpoints in front of one engine. This module owns the configuration,
 //! the listener (TCP, or a Unix socket for a host ending in `.sock`) and its
 //! connections' read timeouts, the routes, API-key checks, the JSON shape
-//! of every error (including the router's own 404/405/408/413) and graceful
+//! of every error (including the router's own 404/405/408/413;
+//! [`parse_errors`] gives hyper's own 400/414/431 the same body) and graceful
 //! shutdown; [`api`] owns the
 //! endpoints, [`request`] the parsing of request bodies, [`worker`] the
 //! engine thread and its queue.
@@ -12,6 +13,7 @@
 
 pub mod api;
 pub mod error;
+mod parse_errors;
 pub mod request;
 pub mod worker;
 
@@ -177,7 +179,10 @@ async fn serve_on<L: axum::serve::Listener>(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(parse_errors::JsonParseErrors::new(io)),
+                    service,
+                );
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
@@ -361,7 +366,15 @@ async fn read_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
             .into_response();
         }
         Ok(Err(e)) => {
-            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+            // The causes too: hyper's own text says only "error reading a
+            // body from connection", its source what was wrong.
+            let mut why = format!("reading the request body: {e}");
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                why.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            return ApiError::bad_request(why).into_response();
         }
         Err(_) => {
             return ApiError::new(
