@@ -882,6 +882,10 @@ fn serve_rejects_malformed_requests_and_survives() {
             body,
         };
         assert_error(&reply, status, what);
+        if what == "bad chunk size" {
+            let m = reply.json()["error"]["message"].to_string();
+            assert!(m.contains("chunk size"), "{m}");
+        }
     }
     // A client that disconnects mid-stream cancels its generation.
     {

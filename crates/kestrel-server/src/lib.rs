@@ -371,7 +371,11 @@ async fn read_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Re
             let mut why = format!("reading the request body: {e}");
             let mut cause = e.source();
             while let Some(c) = cause {
-                why.push_str(&format!(": {c}"));
+                // axum's error repeats its source's text.
+                let c_text = c.to_string();
+                if !why.ends_with(&c_text) {
+                    why.push_str(&format!(": {c_text}"));
+                }
                 cause = c.source();
             }
             return ApiError::bad_request(why).into_response();
