@@ -434,6 +434,24 @@ fn serve_endpoints() {
         .flatten()
         .collect();
     assert_eq!(Value::from(streamed), offsets, "{plain}");
+    // Fields in OpenAI's order, and each top_logprobs map from the most
+    // likely token down, as OpenAI writes them (the workspace's serde_json
+    // keeps maps in document order, so `r.json()` sees the server's order).
+    lp_body["stream"] = json!(false);
+    lp_body["logprobs"] = json!(4);
+    let r = post(port, "/v1/completions", &lp_body);
+    assert!(r.text().starts_with(r#"{"id":"cmpl-"#), "{}", r.text());
+    let tops = r.json()["choices"][0]["logprobs"]["top_logprobs"].clone();
+    for top in tops.as_array().unwrap() {
+        let lps: Vec<f64> = top
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(lps.len(), 4, "{tops}");
+        assert!(lps.windows(2).all(|w| w[0] >= w[1]), "{tops}");
+    }
     // Embeddings: a 501 that says so, as llama-server without --embeddings.
     let r = post(port, "/v1/embeddings", &json!({"input": "hi"}));
     assert_error(&r, 501, "embeddings");
