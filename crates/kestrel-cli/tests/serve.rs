@@ -564,6 +564,21 @@ fn serve_endpoints() {
         "{gs}"
     );
     assert_eq!(gs["ignore_eos"], true, "{gs}");
+    // A seed drawn for the request is reported, and sending it back repeats
+    // the answer.
+    let sampled = json!({"prompt": "Once upon a time", "n_predict": 12, "temperature": 1.5,
+        "top_k": 0, "top_p": 1.0, "min_p": 0.0, "ignore_eos": true});
+    let first = post(port, "/completion", &sampled).json();
+    let seed = &first["generation_settings"]["seed"];
+    assert!(
+        seed.as_u64().is_some_and(|s| s < 1 << 53),
+        "{}",
+        first["generation_settings"]
+    );
+    let mut again = sampled.clone();
+    again["seed"] = seed.clone();
+    let second = post(port, "/completion", &again).json();
+    assert_eq!(first["content"], second["content"], "seed {seed}");
     let mut sl = lbody.clone();
     sl["stream"] = json!(true);
     let r = post(port, "/completion", &sl);

@@ -282,7 +282,10 @@ pub fn gen_request(
     }
     let d = SamplerParams::default();
     let seed = match get_int(o, "seed", -1, i64::MAX)? {
-        None | Some(-1) => d.seed,
+        // A drawn seed is reported (`generation_settings.seed`): 53 bits
+        // keep it a number every JSON reader holds exactly and within this
+        // field's range, so sending it back repeats the answer.
+        None | Some(-1) => d.seed >> 11,
         Some(s) => s as u64,
     };
     let n_vocab = engine.model.spec.hparams.n_vocab;
