@@ -452,6 +452,46 @@ fn serve_endpoints() {
         assert_eq!(lps.len(), 4, "{tops}");
         assert!(lps.windows(2).all(|w| w[0] >= w[1]), "{tops}");
     }
+    // llama-server's /apply-template and input token count: the prompt a
+    // chat request becomes (its template's markers around each turn, a
+    // trailing assistant turn continued) and its length, which is what the
+    // request itself reports as prompt_tokens.
+    let chat = json!({"messages": [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello"}],
+        "max_tokens": 1});
+    let prompt = post(port, "/apply-template", &chat).json()["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.contains("Be brief.") && prompt.contains("Hi there") && prompt.ends_with("Hello"),
+        "{prompt:?}"
+    );
+    let used = post(port, "/v1/chat/completions", &chat).json()["usage"]["prompt_tokens"].clone();
+    for path in [
+        "/v1/chat/completions/input_tokens",
+        "/chat/completions/input_tokens",
+    ] {
+        let n = post(port, path, &chat).json();
+        assert_eq!(n["object"], "response.input_tokens", "{n}");
+        assert_eq!(n["input_tokens"], used, "{path}: {n}");
+    }
+    let tokenized = post(
+        port,
+        "/tokenize",
+        &json!({"content": prompt, "parse_special": true}),
+    );
+    assert_eq!(
+        tokenized.json()["tokens"]
+            .as_array()
+            .map(|t| t.len() as u64),
+        used.as_u64()
+    );
+    assert_error(
+        &post(port, "/apply-template", &json!({"messages": []})),
+        400,
+        "apply-template without messages",
+    );
     // Embeddings: a 501 that says so, as llama-server without --embeddings.
     let r = post(port, "/v1/embeddings", &json!({"input": "hi"}));
     assert_error(&r, 501, "embeddings");

@@ -120,13 +120,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         let o = request::parse_object(&body)?;
         let (tokens, prefill) = match api {
             Api::Chat => {
-                let mut messages = request::messages(&o)?;
-                let prefill = request::take_prefill(&mut messages)?;
-                let mut text = l
-                    .engine
-                    .render_chat(&messages)
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                text.push_str(prefill.as_deref().unwrap_or(""));
+                let (text, prefill) = chat_prompt(&l.engine, &o)?;
                 (l.engine.tokenize_prompt(&text), prefill)
             }
             Api::Completions | Api::Llama => (request::prompt_tokens(&o, &l.engine)?, None),
@@ -656,6 +650,50 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
     // A proxy (nginx) in front would otherwise hold the events back.
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     r
+}
+
+/// A chat request's messages as the model's template writes them, with a
+/// trailing assistant turn continued (llama-server's prefill, returned too).
+fn chat_prompt(
+    engine: &Engine,
+    o: &Map<String, Value>,
+) -> Result<(String, Option<String>), ApiError> {
+    let mut messages = request::messages(o)?;
+    let prefill = request::take_prefill(&mut messages)?;
+    let mut text = engine
+        .render_chat(&messages)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    text.push_str(prefill.as_deref().unwrap_or(""));
+    Ok((text, prefill))
+}
+
+/// llama-server's `POST /apply-template`: the prompt a chat request's
+/// messages become, without generating.
+pub async fn apply_template(State(s): AppState, body: Bytes) -> Response {
+    off_async(move || {
+        let l = s.loaded()?;
+        let o = request::parse_object(&body)?;
+        let (prompt, _) = chat_prompt(&l.engine, &o)?;
+        Ok(ok(json!({ "prompt": prompt })))
+    })
+    .await
+    .unwrap_or_else(|e| e.into_response())
+}
+
+/// llama-server's `POST /v1/chat/completions/input_tokens`: how many tokens
+/// a chat request's prompt takes, without generating.
+pub async fn chat_input_tokens(State(s): AppState, body: Bytes) -> Response {
+    off_async(move || {
+        let l = s.loaded()?;
+        let o = request::parse_object(&body)?;
+        let (prompt, _) = chat_prompt(&l.engine, &o)?;
+        let n = l.engine.tokenize_prompt(&prompt).len();
+        Ok(ok(
+            json!({ "object": "response.input_tokens", "input_tokens": n }),
+        ))
+    })
+    .await
+    .unwrap_or_else(|e| e.into_response())
 }
 
 pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {

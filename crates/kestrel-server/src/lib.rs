@@ -237,6 +237,15 @@ pub fn router(shared: Arc<Shared>) -> Router {
         // llama-server answers /completions in its own shape, as /completion.
         .route("/completions", post(api::completion))
         .route("/completion", post(api::completion))
+        .route("/apply-template", post(api::apply_template))
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(api::chat_input_tokens),
+        )
+        .route(
+            "/chat/completions/input_tokens",
+            post(api::chat_input_tokens),
+        )
         .route("/tokenize", post(api::tokenize))
         .route("/detokenize", post(api::detokenize))
         .route("/props", get(api::props))
