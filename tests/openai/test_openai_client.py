@@ -7,7 +7,7 @@ starts one and runs this script):
     python3 tests/openai/test_openai_client.py --base-url http://127.0.0.1:8080/v1 --api-key KEY
 
 Every endpoint the package has a method for (models, chat completions,
-completions), streamed and not, with every request field the server reads,
+completions, responses), streamed and not, with every request field the server reads,
 plus the error classes the package maps status codes to. Where the package
 cannot see something (the `[DONE]` line, headers, llama-server's extra
 endpoints) the check uses raw HTTP. Answers are compared with each other
@@ -715,6 +715,78 @@ def errors_unknown_route_is_404(ctx):
         assert isinstance(e.body, dict) and e.body.get("message"), f"405 body {e.body!r} is not the JSON error shape"
     else:
         raise AssertionError("no error for GET /v1/chat/completions")
+
+
+# --- responses ---------------------------------------------------------------
+
+
+def respond(ctx, **kw):
+    kw.setdefault("model", ctx.model)
+    kw.setdefault("max_output_tokens", N)
+    kw.setdefault("temperature", 0)
+    return ctx.client.responses.create(**kw)
+
+
+@check
+def responses_equal_chat(ctx):
+    """`instructions` + `input` answer as the chat of a system and a user
+    turn; a token limit reached makes the response incomplete."""
+    for max_tokens, msgs in [(N, LONG), (16, HI)]:
+        chat = ctx.chat([{"role": "system", "content": "Be brief."}] + msgs, max_tokens=max_tokens)
+        want = chat.choices[0].message.content
+        cut = chat.choices[0].finish_reason == "length"
+        for name, inp in [("string input", msgs[0]["content"]),
+                          ("message items", [{"role": "user", "type": "message",
+                                              "content": [{"type": "input_text", "text": msgs[0]["content"]}]}])]:
+            r = respond(ctx, instructions="Be brief.", input=inp, max_output_tokens=max_tokens)
+            eq(r.object, "response", f"{name}: object")
+            eq(r.output_text, want, f"{name}: text vs chat")
+            eq(r.status, "incomplete" if cut else "completed", f"{name}: status")
+            if cut:
+                eq(r.incomplete_details.reason, "max_output_tokens", f"{name}: incomplete_details")
+            eq((r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens),
+               counts(chat.usage), f"{name}: usage vs chat")
+            eq(r.output[0].role, "assistant", f"{name}: output role")
+
+
+@check
+def responses_stream_events(ctx):
+    """The streamed events in OpenAI's order, numbered from 0, whose deltas
+    make the final response's text, which is the non-streamed text."""
+    want = respond(ctx, input="Say hello.").output_text
+    events = list(respond(ctx, input="Say hello.", stream=True))
+    types = [e.type for e in events]
+    eq(types[:4], ["response.created", "response.in_progress", "response.output_item.added",
+                   "response.content_part.added"], "first events")
+    eq(types[-4:], ["response.output_text.done", "response.content_part.done",
+                    "response.output_item.done", "response.incomplete"], "last events")
+    assert set(types[4:-4]) == {"response.output_text.delta"}, f"events between: {types}"
+    eq([e.sequence_number for e in events], list(range(len(events))), "sequence numbers")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    eq(text, want, "deltas vs non-streamed text")
+    eq(events[-4].text, want, "output_text.done text")
+    eq(events[-1].response.output_text, want, "final response text")
+    ids = {events[2].item.id} | {e.item_id for e in events[3:-2]}
+    eq(len(ids), 1, "one item id throughout")
+    status, _, raw = ctx.http("POST", "/v1/responses", {"input": "Hi", "max_output_tokens": 2, "stream": True})
+    eq(status, 200, "raw stream status")
+    assert b"[DONE]" not in raw, "a Responses stream ends with its last event, not [DONE]"
+
+
+@check
+def responses_refuse_what_they_cannot_do(ctx):
+    bad_request(lambda: respond(ctx, input="Hi", previous_response_id="resp_1"), "previous_response_id")
+    bad_request(lambda: respond(ctx, input="Hi", tools=[{"type": "function", "name": "f", "parameters": {}}]),
+                "tools")
+    bad_request(lambda: respond(ctx, input=[{"type": "function_call_output", "call_id": "c", "output": "x"}]),
+                "function_call_output")
+    bad_request(lambda: respond(ctx, input=[{"role": "user", "content": [{"type": "input_image",
+                                                                          "image_url": "http://x/y.png"}]}]),
+                "input_image")
+    bad_request(lambda: respond(ctx, input="Hi", text={"format": {"type": "json_object"}}), "json_object")
+    n = ctx.http_json("POST", "/v1/responses/input_tokens", {"input": "Say hello.", "instructions": "Be brief."})
+    chat = ctx.chat([{"role": "system", "content": "Be brief."}] + LONG, max_tokens=1)
+    eq(n["input_tokens"], chat.usage.prompt_tokens, "responses input_tokens vs chat prompt_tokens")
 
 
 @check

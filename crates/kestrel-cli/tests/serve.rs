@@ -704,6 +704,7 @@ fn serve_rejects_malformed_requests_and_survives() {
     let port = s.port;
     let chat = "/v1/chat/completions";
     let cmpl = "/v1/completions";
+    let resp = "/v1/responses";
     let long_prompt = "hello ".repeat(600);
     let cases: Vec<(&str, &str, String, u16)> = vec![
         ("POST", chat, "{".into(), 400),
@@ -743,6 +744,18 @@ fn serve_rejects_malformed_requests_and_survives() {
         ("POST", cmpl, r#"{"prompt":["a","b"]}"#.into(), 400),
         ("POST", cmpl, r#"{"prompt":[]}"#.into(), 400),
         ("POST", cmpl, format!(r#"{{"prompt":"{long_prompt}"}}"#), 400),
+        ("POST", resp, "{}".into(), 400),
+        ("POST", resp, r#"{"input":5}"#.into(), 400),
+        ("POST", resp, r#"{"input":[5]}"#.into(), 400),
+        ("POST", resp, r#"{"input":[{"content":"x"}]}"#.into(), 400),
+        ("POST", resp, r#"{"input":[{"role":"user"}]}"#.into(), 400),
+        ("POST", resp, r#"{"input":[{"role":"user","content":[{"text":"x"}]}]}"#.into(), 400),
+        ("POST", resp, r#"{"input":[{"role":"wizard","content":"x"}]}"#.into(), 400),
+        ("POST", resp, r#"{"input":"x","instructions":7}"#.into(), 400),
+        ("POST", resp, r#"{"input":"x","max_output_tokens":-2}"#.into(), 400),
+        ("POST", resp, r#"{"input":"x","text":"plain"}"#.into(), 400),
+        ("POST", resp, r#"{"input":"x","background":true}"#.into(), 400),
+        ("POST", resp, format!(r#"{{"input":"{long_prompt}"}}"#), 400),
         ("POST", "/completion", r#"{"prompt":"x","n_probs":"many"}"#.into(), 400),
         ("POST", "/tokenize", r#"{"content":5}"#.into(), 400),
         ("POST", "/detokenize", r#"{"tokens":[-1]}"#.into(), 400),

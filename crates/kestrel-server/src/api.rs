@@ -111,15 +111,24 @@ pub async fn completion(State(s): AppState, body: Bytes) -> Response {
         .unwrap_or_else(|e| e.into_response())
 }
 
+pub async fn responses(State(s): AppState, body: Bytes) -> Response {
+    generate(s, body, Api::Responses)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
 /// Validates a generation request completely (so that a stream, once
 /// started with 200, rarely fails), queues it, and answers as JSON or SSE.
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
     let shared = s.clone();
     let (l, req, rx, prefill, prompt) = off_async(move || {
         let l = shared.loaded()?;
-        let o = request::parse_object(&body)?;
+        let mut o = request::parse_object(&body)?;
+        if api == Api::Responses {
+            o = request::responses_request(&o)?;
+        }
         let (tokens, prefill) = match api {
-            Api::Chat => {
+            Api::Chat | Api::Responses => {
                 let (text, prefill) = chat_prompt(&l.engine, &o)?;
                 (l.engine.tokenize_prompt(&text), prefill)
             }
@@ -177,10 +186,11 @@ async fn wait(mut rx: UnboundedReceiver<Event>) -> Result<Generation, ApiError> 
 
 fn new_id(api: Api) -> String {
     let prefix = match api {
-        Api::Chat => "chatcmpl",
-        Api::Completions | Api::Llama => "cmpl",
+        Api::Chat => "chatcmpl-",
+        Api::Completions | Api::Llama => "cmpl-",
+        Api::Responses => "resp_",
     };
-    format!("{prefix}-{:016x}", kestrel_sampling::random_seed())
+    format!("{prefix}{:016x}", kestrel_sampling::random_seed())
 }
 
 /// How one request's answer is written, streamed or not.
@@ -287,7 +297,8 @@ impl Shape {
         let (tok, bytes) = piece(e, lp.token);
         let top = lp.top.iter().take(n);
         match self.api {
-            Api::Chat => json!({
+            // (Responses carry no logprobs: `responses_request` refuses them.)
+            Api::Chat | Api::Responses => json!({
                 "token": tok, "logprob": lp.logprob, "bytes": bytes,
                 "top_logprobs": top.map(|&(id, l)| {
                     let (t, b) = piece(e, id);
@@ -317,7 +328,7 @@ impl Shape {
         };
         let entries: Vec<Value> = lps.iter().map(|lp| self.token_logprobs(lp, n)).collect();
         match self.api {
-            Api::Chat => json!({"content": entries}),
+            Api::Chat | Api::Responses => json!({"content": entries}),
             Api::Llama => Value::Array(entries),
             Api::Completions => {
                 let tokenizer = &self.engine().tokenizer;
@@ -357,6 +368,7 @@ impl Shape {
                 "choices": [{"index": 0, "text": g.text, "logprobs": logprobs, "finish_reason": reason}],
                 "usage": usage(g), "timings": timings(g),
             }),
+            Api::Responses => self.response(g),
             Api::Llama => {
                 let mut v = self.llama_final(g);
                 v["content"] = json!(g.text);
@@ -425,8 +437,61 @@ impl Shape {
                 "logprobs": null,
                 "finish_reason": null,
             }]))],
+            Api::Responses => {
+                let pending = json!({
+                    "id": self.id, "object": "response", "created_at": self.created,
+                    "status": "in_progress", "model": self.model, "output": [],
+                });
+                vec![
+                    json!({"type": "response.created", "response": pending}),
+                    json!({"type": "response.in_progress", "response": pending}),
+                    json!({"type": "response.output_item.added", "output_index": 0,
+                        "item": self.message_item("in_progress", None)}),
+                    json!({"type": "response.content_part.added", "item_id": self.message_id(),
+                        "output_index": 0, "content_index": 0, "part": output_text("")}),
+                ]
+            }
             _ => Vec::new(),
         }
+    }
+
+    /// Responses: the one output item's id (the response's own, retyped).
+    fn message_id(&self) -> String {
+        format!("msg_{}", self.id.trim_start_matches("resp_"))
+    }
+
+    /// Responses: the assistant message item, with its text once known.
+    fn message_item(&self, status: &str, text: Option<&str>) -> Value {
+        json!({
+            "id": self.message_id(), "type": "message", "status": status, "role": "assistant",
+            "content": text.map(|t| vec![output_text(t)]).unwrap_or_default(),
+        })
+    }
+
+    /// Responses: the whole response object. A generation that ran into
+    /// its token limit (or the context's end) is "incomplete", as OpenAI
+    /// reports `max_output_tokens`.
+    fn response(&self, g: &Generation) -> Value {
+        let cut = finish_reason(g.stats.stop) == "length";
+        let status = if cut { "incomplete" } else { "completed" };
+        let text = format!("{}{}", self.prefill, g.text);
+        json!({
+            "id": self.id, "object": "response", "created_at": self.created,
+            "status": status,
+            "completed_at": (!cut).then(unix_time),
+            "error": null,
+            "incomplete_details": cut.then(|| json!({"reason": "max_output_tokens"})),
+            "model": self.model,
+            "output": [self.message_item(status, Some(&text))],
+            "usage": {
+                "input_tokens": g.stats.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": g.stats.cache_n},
+                "output_tokens": predicted(&g.stats),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": g.stats.prompt_tokens + predicted(&g.stats),
+            },
+            "timings": timings(g),
+        })
     }
 
     /// The event for one token, or none when there is nothing to say.
@@ -454,6 +519,10 @@ impl Shape {
                 "index": 0, "delta": {"content": text},
                 "logprobs": logprobs, "finish_reason": null,
             }])),
+            Api::Responses => json!({
+                "type": "response.output_text.delta", "item_id": self.message_id(),
+                "output_index": 0, "content_index": 0, "delta": text, "logprobs": [],
+            }),
             Api::Completions => self.chunk(json!([{
                 "index": 0, "text": text, "logprobs": logprobs, "finish_reason": null,
             }])),
@@ -476,6 +545,30 @@ impl Shape {
         let mut out = Vec::new();
         match self.api {
             Api::Llama => out.push(self.llama_final(g)),
+            Api::Responses => {
+                let response = self.response(g);
+                let item = &response["output"][0];
+                let (id, text) = (self.message_id(), &item["content"][0]["text"]);
+                let at = json!({"item_id": id, "output_index": 0, "content_index": 0});
+                let mut text_done = at.clone();
+                text_done["type"] = json!("response.output_text.done");
+                text_done["text"] = text.clone();
+                text_done["logprobs"] = json!([]);
+                let mut part_done = at;
+                part_done["type"] = json!("response.content_part.done");
+                part_done["part"] = item["content"][0].clone();
+                out.push(text_done);
+                out.push(part_done);
+                out.push(
+                    json!({"type": "response.output_item.done", "output_index": 0,
+                    "item": item}),
+                );
+                let kind = match response["status"].as_str() {
+                    Some("incomplete") => "response.incomplete",
+                    _ => "response.completed",
+                };
+                out.push(json!({"type": kind, "response": response}));
+            }
             _ => {
                 let choice = match self.api {
                     Api::Chat => {
@@ -497,6 +590,11 @@ impl Shape {
         }
         out
     }
+}
+
+/// Responses: an output text content part.
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
 fn fingerprint() -> String {
@@ -550,8 +648,27 @@ impl Offsets {
     }
 }
 
-fn sse_event(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+/// A stream's events as SSE frames. Responses events are named (`event:`)
+/// and numbered (`sequence_number`, from 0), as OpenAI sends them; an error
+/// among them is an `error` event.
+struct Framer {
+    api: Api,
+    sequence: u64,
+}
+
+impl Framer {
+    fn frame(&mut self, mut v: Value) -> Bytes {
+        if self.api != Api::Responses {
+            return Bytes::from(format!("data: {v}\n\n"));
+        }
+        if let Some(e) = v.get("error").cloned() {
+            v = json!({"type": "error", "code": e["type"], "message": e["message"], "param": null});
+        }
+        v["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        let kind = v["type"].as_str().unwrap_or("message").to_owned();
+        Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
+    }
 }
 
 /// A server-sent-event body fed by the generation's events. Dropping the
@@ -564,8 +681,13 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         started: bool,
         done: bool,
         offsets: Offsets,
+        framer: Framer,
     }
     let st = St {
+        framer: Framer {
+            api: shape.api,
+            sequence: 0,
+        },
         rx,
         shape,
         include_usage: req.include_usage,
@@ -580,13 +702,13 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
         let mut out = Vec::new();
         if !st.started {
             st.started = true;
-            out.extend(st.shape.stream_start().iter().map(sse_event));
+            out.extend(st.shape.stream_start());
             // The continued assistant turn comes first, as its own delta.
             if let Some(v) = st
                 .shape
                 .stream_token(None, &st.shape.prefill, None, &mut st.offsets)
             {
-                out.push(sse_event(&v));
+                out.push(v);
             }
         }
         // Each body chunk carries at least one event (or ends the stream).
@@ -601,43 +723,38 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
                         st.shape
                             .stream_token(token, &text, logprobs.as_ref(), &mut st.offsets)
                     {
-                        out.push(sse_event(&v));
+                        out.push(v);
                     }
                 }
                 // Cut short by a shutdown (a client that left reads nothing).
                 Some(Event::Done(Ok(g))) if g.stats.stop == StopReason::Cancelled => {
-                    out.push(sse_event(&cut_short().body()));
+                    out.push(cut_short().body());
                     st.done = true;
                     break;
                 }
                 Some(Event::Done(Ok(g))) => {
-                    out.extend(
-                        st.shape
-                            .stream_end(&g, st.include_usage)
-                            .iter()
-                            .map(sse_event),
-                    );
+                    out.extend(st.shape.stream_end(&g, st.include_usage));
                     st.done = true;
                     break;
                 }
                 Some(Event::Done(Err(e))) => {
-                    out.push(sse_event(&ApiError::internal(e).body()));
+                    out.push(ApiError::internal(e).body());
                     st.done = true;
                     break;
                 }
                 None => {
-                    out.push(sse_event(
-                        &ApiError::unavailable("the server is shutting down").body(),
-                    ));
+                    out.push(ApiError::unavailable("the server is shutting down").body());
                     st.done = true;
                     break;
                 }
             }
         }
-        if st.done && st.shape.api != Api::Llama {
-            out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        let mut bytes: Vec<u8> = out.into_iter().flat_map(|v| st.framer.frame(v)).collect();
+        // OpenAI's chat and completion streams end so; Responses end with
+        // their `response.completed` event, llama-server's with `stop`.
+        if st.done && matches!(st.shape.api, Api::Chat | Api::Completions) {
+            bytes.extend_from_slice(b"data: [DONE]\n\n");
         }
-        let bytes: Vec<u8> = out.concat();
         Some((Ok::<_, Infallible>(Bytes::from(bytes)), st))
     });
     let mut r = Response::new(Body::from_stream(stream));
@@ -683,9 +800,21 @@ pub async fn apply_template(State(s): AppState, body: Bytes) -> Response {
 /// llama-server's `POST /v1/chat/completions/input_tokens`: how many tokens
 /// a chat request's prompt takes, without generating.
 pub async fn chat_input_tokens(State(s): AppState, body: Bytes) -> Response {
+    input_tokens(s, body, Api::Chat).await
+}
+
+/// `POST /v1/responses/input_tokens`: the same for a Responses request.
+pub async fn responses_input_tokens(State(s): AppState, body: Bytes) -> Response {
+    input_tokens(s, body, Api::Responses).await
+}
+
+async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Response {
     off_async(move || {
         let l = s.loaded()?;
-        let o = request::parse_object(&body)?;
+        let mut o = request::parse_object(&body)?;
+        if api == Api::Responses {
+            o = request::responses_request(&o)?;
+        }
         let (prompt, _) = chat_prompt(&l.engine, &o)?;
         let n = l.engine.tokenize_prompt(&prompt).len();
         Ok(ok(

@@ -237,6 +237,13 @@ pub fn router(shared: Arc<Shared>) -> Router {
         // llama-server answers /completions in its own shape, as /completion.
         .route("/completions", post(api::completion))
         .route("/completion", post(api::completion))
+        .route("/v1/responses", post(api::responses))
+        .route("/responses", post(api::responses))
+        .route(
+            "/v1/responses/input_tokens",
+            post(api::responses_input_tokens),
+        )
+        .route("/responses/input_tokens", post(api::responses_input_tokens))
         .route("/apply-template", post(api::apply_template))
         .route(
             "/v1/chat/completions/input_tokens",

@@ -5,7 +5,7 @@
 use kestrel_engine::{Engine, GenerateParams};
 use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 
@@ -171,6 +171,8 @@ pub enum Api {
     Completions,
     /// llama-server's `/completion`.
     Llama,
+    /// OpenAI's `/v1/responses`.
+    Responses,
 }
 
 /// Everything a generation request asks for, beyond the prompt.
@@ -329,6 +331,8 @@ pub fn gen_request(
         Api::Llama => get_int(o, "n_probs", 0, 100)?
             .filter(|&n| n > 0)
             .map(|n| n as usize),
+        // Refused in `responses_request`.
+        Api::Responses => None,
     };
     let params = GenerateParams {
         n_predict,
@@ -592,6 +596,111 @@ fn logit_bias(
         Some(v) => return Err(wrong("logit_bias", "an object or an array", v)),
     }
     Ok(out)
+}
+
+/// An OpenAI Responses request (`POST /v1/responses`) as the chat request
+/// it asks for: `instructions` become a system turn, `input` (a string, or
+/// message items whose content is a string or text parts) the turns after
+/// it, `max_output_tokens` the token limit, `text.format` the
+/// response_format; what has no chat equivalent here (stored responses,
+/// background runs, tool items, non-text parts, logprobs) is a 400.
+pub fn responses_request(o: &Obj) -> Result<Obj, ApiError> {
+    let mut chat = o.clone();
+    for name in [
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "text",
+        "messages",
+    ] {
+        chat.remove(name);
+    }
+    if field(o, "previous_response_id").is_some() {
+        return Err(ApiError::bad_request(
+            "'previous_response_id' is not supported: the server keeps no responses; send the whole conversation in 'input'",
+        ));
+    }
+    if get_bool(o, "background")? == Some(true) {
+        return Err(ApiError::bad_request(
+            "'background' responses are not supported",
+        ));
+    }
+    if get_int(o, "top_logprobs", 0, 20)?.is_some_and(|n| n > 0) {
+        return Err(ApiError::bad_request(
+            "'top_logprobs' is not supported on /v1/responses yet (use /v1/chat/completions)",
+        ));
+    }
+    let mut messages = Vec::new();
+    if let Some(text) = get_str(o, "instructions")? {
+        messages.push(json!({"role": "system", "content": text}));
+    }
+    match o.get("input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                messages.push(response_item(&format!("input[{i}]"), item)?);
+            }
+        }
+        Some(v) => return Err(wrong("input", "a string or an array of items", v)),
+        None => return Err(ApiError::bad_request("'input' is required")),
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    if let Some(n) = field(o, "max_output_tokens") {
+        chat.insert("max_tokens".into(), n.clone());
+    }
+    if let Some(text) = field(o, "text") {
+        let text = text
+            .as_object()
+            .ok_or_else(|| wrong("text", "an object", text))?;
+        if let Some(format) = field(text, "format") {
+            chat.insert("response_format".into(), format.clone());
+        }
+    }
+    Ok(chat)
+}
+
+/// One `input` item as a chat message.
+fn response_item(at: &str, item: &Value) -> Result<Value, ApiError> {
+    let item = item
+        .as_object()
+        .ok_or_else(|| wrong(at, "an object", item))?;
+    match get_str(item, "type")? {
+        None | Some("message") => {}
+        Some(t) => {
+            return Err(ApiError::bad_request(format!(
+                "{at}: items of type {t:?} are not supported (only messages)"
+            )))
+        }
+    }
+    let role = get_str(item, "role")?
+        .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'role'")))?;
+    let content = match item.get("content") {
+        Some(Value::String(text)) => Value::String(text.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::new();
+            for (j, p) in parts.iter().enumerate() {
+                let at = format!("{at}.content[{j}]");
+                let p = p.as_object().ok_or_else(|| wrong(&at, "an object", p))?;
+                match get_str(p, "type")? {
+                    Some("input_text" | "output_text") => {
+                        let text = get_str(p, "text")?
+                            .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'text'")))?;
+                        texts.push(json!({"type": "text", "text": text}));
+                    }
+                    Some(t) => {
+                        return Err(ApiError::bad_request(format!(
+                            "{at}: content parts of type {t:?} are not supported (only input_text and output_text)"
+                        )))
+                    }
+                    None => return Err(ApiError::bad_request(format!("{at} has no 'type'"))),
+                }
+            }
+            Value::Array(texts)
+        }
+        Some(v) => return Err(wrong(&format!("{at}.content"), "a string or an array", v)),
+        None => return Err(ApiError::bad_request(format!("{at} has no 'content'"))),
+    };
+    Ok(json!({"role": role, "content": content}))
 }
 
 /// The conversation of a chat request: a non-empty array of messages with
