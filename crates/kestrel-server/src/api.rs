@@ -123,10 +123,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
     let shared = s.clone();
     let (l, req, rx, prefill, prompt) = off_async(move || {
         let l = shared.loaded()?;
-        let mut o = request::parse_object(&body)?;
-        if api == Api::Responses {
-            o = request::responses_request(&o)?;
-        }
+        let o = parse_request(&body, api)?;
         let (tokens, prefill) = match api {
             Api::Chat | Api::Responses => {
                 let (text, prefill) = chat_prompt(&l.engine, &o)?;
@@ -548,17 +545,11 @@ impl Shape {
             Api::Responses => {
                 let response = self.response(g);
                 let item = &response["output"][0];
-                let (id, text) = (self.message_id(), &item["content"][0]["text"]);
-                let at = json!({"item_id": id, "output_index": 0, "content_index": 0});
-                let mut text_done = at.clone();
-                text_done["type"] = json!("response.output_text.done");
-                text_done["text"] = text.clone();
-                text_done["logprobs"] = json!([]);
-                let mut part_done = at;
-                part_done["type"] = json!("response.content_part.done");
-                part_done["part"] = item["content"][0].clone();
-                out.push(text_done);
-                out.push(part_done);
+                let (id, part) = (self.message_id(), &item["content"][0]);
+                out.push(json!({"type": "response.output_text.done", "item_id": id,
+                    "output_index": 0, "content_index": 0, "text": part["text"], "logprobs": []}));
+                out.push(json!({"type": "response.content_part.done", "item_id": id,
+                    "output_index": 0, "content_index": 0, "part": part}));
                 out.push(
                     json!({"type": "response.output_item.done", "output_index": 0,
                     "item": item}),
@@ -769,6 +760,15 @@ fn sse(rx: UnboundedReceiver<Event>, shape: Shape, req: GenRequest) -> Response 
     r
 }
 
+/// A request's JSON object; a Responses request as the chat it asks for.
+fn parse_request(body: &[u8], api: Api) -> Result<Map<String, Value>, ApiError> {
+    let o = request::parse_object(body)?;
+    match api {
+        Api::Responses => request::responses_request(&o),
+        _ => Ok(o),
+    }
+}
+
 /// A chat request's messages as the model's template writes them, with a
 /// trailing assistant turn continued (llama-server's prefill, returned too).
 fn chat_prompt(
@@ -811,10 +811,7 @@ pub async fn responses_input_tokens(State(s): AppState, body: Bytes) -> Response
 async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Response {
     off_async(move || {
         let l = s.loaded()?;
-        let mut o = request::parse_object(&body)?;
-        if api == Api::Responses {
-            o = request::responses_request(&o)?;
-        }
+        let o = parse_request(&body, api)?;
         let (prompt, _) = chat_prompt(&l.engine, &o)?;
         let n = l.engine.tokenize_prompt(&prompt).len();
         Ok(ok(

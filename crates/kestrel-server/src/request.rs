@@ -674,6 +674,11 @@ fn response_item(at: &str, item: &Value) -> Result<Value, ApiError> {
     }
     let role = get_str(item, "role")?
         .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'role'")))?;
+    if !matches!(role, "user" | "system" | "developer" | "assistant") {
+        return Err(ApiError::bad_request(format!(
+            "{at}: unknown role {role:?} (expected user, system, developer or assistant)"
+        )));
+    }
     let content = match item.get("content") {
         Some(Value::String(text)) => Value::String(text.clone()),
         Some(Value::Array(parts)) => {
@@ -892,6 +897,74 @@ mod tests {
 
     fn obj(v: Value) -> Obj {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_responses_request_reads_as_its_chat() {
+        let chat = responses_request(&obj(json!({
+            "model": "m", "instructions": "Be brief.", "max_output_tokens": 7,
+            "temperature": 0.5, "text": {"format": {"type": "text"}}, "store": false,
+            "input": [
+                {"role": "user", "content": "Hi"},
+                {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Hello"}]},
+                {"role": "developer", "content": [{"type": "input_text", "text": "a"},
+                    {"type": "input_text", "text": "b"}]},
+            ],
+        })))
+        .unwrap();
+        assert_eq!(
+            Value::Object(chat.clone()),
+            json!({
+                "model": "m", "temperature": 0.5, "store": false,
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+                    {"role": "developer", "content": [{"type": "text", "text": "a"},
+                        {"type": "text", "text": "b"}]},
+                ],
+                "max_tokens": 7, "response_format": {"type": "text"},
+            })
+        );
+        // Text parts join as a chat's do.
+        let m = messages(&chat).unwrap();
+        assert_eq!(m[3].content, "a\nb");
+        let plain = responses_request(&obj(json!({"input": "Hi"}))).unwrap();
+        assert_eq!(
+            plain["messages"],
+            json!([{"role": "user", "content": "Hi"}])
+        );
+    }
+
+    #[test]
+    fn a_responses_request_names_what_it_cannot_do() {
+        for (body, words) in [
+            (json!({}), "'input' is required"),
+            (
+                json!({"input": [{"type": "reasoning", "summary": []}]}),
+                "input[0]: items of type \"reasoning\"",
+            ),
+            (json!({"input": ["x"]}), "'input[0]' must be an object"),
+            (
+                json!({"input": [{"role": "tool", "content": "x"}]}),
+                "input[0]: unknown role \"tool\"",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}),
+                "input[0].content[0]: content parts of type \"input_file\"",
+            ),
+            (
+                json!({"input": "x", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (json!({"input": "x", "top_logprobs": 2}), "top_logprobs"),
+            (json!({"input": "x", "text": 1}), "'text' must be an object"),
+        ] {
+            let e = responses_request(&obj(body.clone())).unwrap_err();
+            assert!(e.message.contains(words), "{body}: {}", e.message);
+            assert_eq!(e.status, 400);
+        }
     }
 
     #[test]
