@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: fetches the test models (idempotent), installs the
-# openai package and (as root, where missing) Mesa's software Vulkan, then
+# openai and anthropic packages and (as root, where missing) Mesa's software Vulkan, then
 # runs every workspace test. The parity tests compare against committed llama.cpp fixtures.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

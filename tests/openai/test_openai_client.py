@@ -7,7 +7,8 @@ starts one and runs this script):
     python3 tests/openai/test_openai_client.py --base-url http://127.0.0.1:8080/v1 --api-key KEY
 
 Every endpoint the package has a method for (models, chat completions,
-completions, responses), streamed and not, with every request field the server reads,
+completions, responses), streamed and not, and Anthropic's Messages API
+through the official `anthropic` package (llama-server answers it too), with every request field the server reads,
 plus the error classes the package maps status codes to. Where the package
 cannot see something (the `[DONE]` line, headers, llama-server's extra
 endpoints) the check uses raw HTTP. Answers are compared with each other
@@ -26,10 +27,11 @@ import urllib.error
 import urllib.request
 
 try:
+    import anthropic
     import openai
-except ImportError:
+except ImportError as e:
     req = __file__.rsplit("/", 1)[0] + "/requirements.txt"
-    sys.exit(f"the openai package is missing: python3 -m pip install -r {req}")
+    sys.exit(f"{e.name} is missing: python3 -m pip install -r {req}")
 
 # Tokens per answer unless a check needs another number.
 N = 12
@@ -41,6 +43,8 @@ class Ctx:
         self.root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         self.api_key = api_key
         self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=120)
+        # Anthropic's package sends the key as x-api-key, to {root}/v1/messages.
+        self.anthropic = anthropic.Anthropic(base_url=self.root, api_key=api_key, max_retries=0, timeout=120)
         self.model = None
         self.n_ctx = None
 
@@ -787,6 +791,87 @@ def responses_refuse_what_they_cannot_do(ctx):
     n = ctx.http_json("POST", "/v1/responses/input_tokens", {"input": "Say hello.", "instructions": "Be brief."})
     chat = ctx.chat([{"role": "system", "content": "Be brief."}] + LONG, max_tokens=1)
     eq(n["input_tokens"], chat.usage.prompt_tokens, "responses input_tokens vs chat prompt_tokens")
+
+
+# --- Anthropic messages ------------------------------------------------------
+
+
+def claude(ctx, **kw):
+    kw.setdefault("model", ctx.model)
+    kw.setdefault("max_tokens", N)
+    # This package's typed parameters no longer include the sampling ones;
+    # the server reads them as llama-server does.
+    kw.setdefault("extra_body", {"temperature": 0})
+    return ctx.anthropic.messages.create(**kw)
+
+
+@check
+def anthropic_messages_equal_chat(ctx):
+    """`system` + `messages` answer as the chat of the same turns; the stop
+    reason and usage in Anthropic's names (cache reads apart)."""
+    for system, max_tokens, msgs, reason in [("Be brief.", N, LONG, "max_tokens"), (None, 16, HI, "end_turn")]:
+        turns = [{"role": "system", "content": system}] if system else []
+        chat = ctx.chat(turns + msgs, max_tokens=max_tokens)
+        want = chat.choices[0].message.content
+        eq(chat.choices[0].finish_reason, "length" if reason == "max_tokens" else "stop", "chat finish")
+        for name, content in [("string", msgs[0]["content"]),
+                              ("text blocks", [{"type": "text", "text": msgs[0]["content"]}])]:
+            kw = {"system": system} if system else {}
+            m = claude(ctx, messages=[{"role": "user", "content": content}], max_tokens=max_tokens, **kw)
+            eq((m.type, m.role), ("message", "assistant"), f"{name}: type and role")
+            eq(m.content[0].text, want, f"{name}: text vs chat")
+            eq((m.stop_reason, m.stop_sequence), (reason, None), f"{name}: stop")
+            u = m.usage
+            eq((u.input_tokens + (u.cache_read_input_tokens or 0), u.output_tokens),
+               (chat.usage.prompt_tokens, chat.usage.completion_tokens), f"{name}: usage vs chat")
+    full = claude(ctx, messages=LONG).content[0].text
+    word = [w for w in full.split() if full.index(w) > 0 and w.isalpha()][0]
+    m = claude(ctx, messages=LONG, stop_sequences=[word])
+    eq((m.stop_reason, m.stop_sequence), ("stop_sequence", word), "stop at a stop sequence")
+    eq(m.content[0].text, full[: full.index(word)], "text before the stop sequence")
+
+
+@check
+def anthropic_stream(ctx):
+    """The package's stream helper rebuilds the non-streamed message, from
+    events in Anthropic's order."""
+    want = claude(ctx, messages=LONG)
+    with ctx.anthropic.messages.stream(model=ctx.model, max_tokens=N, messages=LONG,
+                                       extra_body={"temperature": 0}) as s:
+        events = list(s)
+        final = s.get_final_message()
+    eq(final.content[0].text, want.content[0].text, "streamed text")
+    eq(final.stop_reason, want.stop_reason, "streamed stop_reason")
+    eq(final.usage.output_tokens, want.usage.output_tokens, "streamed output_tokens")
+    raw = [e.type for e in events if e.type in ("message_start", "content_block_start", "content_block_delta",
+                                                 "content_block_stop", "message_delta", "message_stop")]
+    eq(raw[:2], ["message_start", "content_block_start"], "first events")
+    eq(raw[-3:], ["content_block_stop", "message_delta", "message_stop"], "last events")
+    text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    eq(text, want.content[0].text, "deltas vs non-streamed text")
+    status, _, body = ctx.http("POST", "/v1/messages", {"messages": HI, "max_tokens": 2, "stream": True})
+    eq(status, 200, "raw stream status")
+    assert b"[DONE]" not in body, "an Anthropic stream ends with message_stop, not [DONE]"
+
+
+@check
+def anthropic_refusals_and_count(ctx):
+    for what, kw, word in [
+        ("tools", {"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
+        ("an image block", {"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]}]}, "image"),
+        ("a system turn in messages", {"messages": [{"role": "system", "content": "x"}]}, "system"),
+    ]:
+        kw.setdefault("messages", HI)
+        try:
+            claude(ctx, **kw)
+        except anthropic.BadRequestError as e:
+            assert word in str(e), f"{what}: {e}"
+        else:
+            raise AssertionError(f"{what}: no BadRequestError")
+    n = ctx.anthropic.messages.count_tokens(model=ctx.model, system="Be brief.", messages=LONG)
+    chat = ctx.chat([{"role": "system", "content": "Be brief."}] + LONG, max_tokens=1)
+    eq(n.input_tokens, chat.usage.prompt_tokens, "count_tokens vs chat prompt_tokens")
 
 
 @check

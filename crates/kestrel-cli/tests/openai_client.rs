@@ -1,4 +1,5 @@
-//! `kestrel serve` through the official `openai` Python package: starts the
+//! `kestrel serve` through the official `openai` Python package (and
+//! `anthropic`, for the Messages API llama-server also answers): starts the
 //! real binary with an API key on a free loopback port and runs
 //! tests/openai/test_openai_client.py against it, which drives every endpoint
 //! and request field the package reaches, streamed and not, checks the
@@ -36,35 +37,41 @@ fn model() -> PathBuf {
     p
 }
 
-/// The pinned requirement, `openai==X`.
-fn pinned() -> String {
+/// The pinned requirement of `package`, `package==X`.
+fn pinned(package: &str) -> String {
     std::fs::read_to_string(REQUIREMENTS)
         .unwrap_or_else(|e| panic!("reading {REQUIREMENTS}: {e}"))
         .lines()
         .map(str::trim)
-        .find(|l| l.starts_with("openai=="))
-        .unwrap_or_else(|| panic!("{REQUIREMENTS} pins no openai==VERSION"))
+        .find(|l| l.starts_with(&format!("{package}==")))
+        .unwrap_or_else(|| panic!("{REQUIREMENTS} pins no {package}==VERSION"))
         .to_owned()
 }
 
-/// Fails, naming the install command, when python3 or the package is missing.
-fn require_openai() {
-    let pin = pinned();
-    let install = format!("python3 -m pip install '{pin}' (scripts/test.sh installs it)");
-    let out = Command::new("python3")
-        .args(["-c", "import openai; print(openai.__version__)"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}); this test needs Python 3 and {install}")
-        });
-    assert!(
-        out.status.success(),
-        "the openai Python package cannot be imported: {install}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if format!("openai=={version}") != pin {
-        eprintln!("warning: openai {version} is installed; the tests pin {pin}");
+/// Fails, naming the install command, when python3 or a package the script
+/// uses (openai, and anthropic for the Messages API) is missing.
+fn require_packages() {
+    for package in ["openai", "anthropic"] {
+        let pin = pinned(package);
+        let install = format!("python3 -m pip install '{pin}' (scripts/test.sh installs it)");
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                &format!("import {package}; print({package}.__version__)"),
+            ])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run python3 ({e}); this test needs Python 3 and {install}")
+            });
+        assert!(
+            out.status.success(),
+            "the {package} Python package cannot be imported: {install}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if format!("{package}=={version}") != pin {
+            eprintln!("warning: {package} {version} is installed; the tests pin {pin}");
+        }
     }
 }
 
@@ -159,7 +166,7 @@ fn drain(r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
 
 #[test]
 fn openai_python_client() {
-    require_openai();
+    require_packages();
     let server = start();
     let mut py = Command::new("python3")
         .arg(SCRIPT)

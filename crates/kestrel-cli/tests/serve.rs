@@ -705,6 +705,7 @@ fn serve_rejects_malformed_requests_and_survives() {
     let chat = "/v1/chat/completions";
     let cmpl = "/v1/completions";
     let resp = "/v1/responses";
+    let msgs = "/v1/messages";
     let long_prompt = "hello ".repeat(600);
     let cases: Vec<(&str, &str, String, u16)> = vec![
         ("POST", chat, "{".into(), 400),
@@ -756,6 +757,14 @@ fn serve_rejects_malformed_requests_and_survives() {
         ("POST", resp, r#"{"input":"x","text":"plain"}"#.into(), 400),
         ("POST", resp, r#"{"input":"x","background":true}"#.into(), 400),
         ("POST", resp, format!(r#"{{"input":"{long_prompt}"}}"#), 400),
+        ("POST", msgs, r#"{"max_tokens":4}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":"hi"}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"user"}]}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"system","content":"x"}]}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"user","content":"x"}],"system":5}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"user","content":"x"}],"stop_sequences":"x"}"#.into(), 400),
+        ("POST", msgs, r#"{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled"}}"#.into(), 400),
         ("POST", "/completion", r#"{"prompt":"x","n_probs":"many"}"#.into(), 400),
         ("POST", "/tokenize", r#"{"content":5}"#.into(), 400),
         ("POST", "/detokenize", r#"{"tokens":[-1]}"#.into(), 400),

@@ -117,15 +117,21 @@ pub async fn responses(State(s): AppState, body: Bytes) -> Response {
         .unwrap_or_else(|e| e.into_response())
 }
 
+pub async fn anthropic_messages(State(s): AppState, body: Bytes) -> Response {
+    generate(s, body, Api::Messages)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
 /// Validates a generation request completely (so that a stream, once
 /// started with 200, rarely fails), queues it, and answers as JSON or SSE.
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
     let shared = s.clone();
-    let (l, req, rx, prefill, prompt) = off_async(move || {
+    let (l, req, rx, prefill, prompt, n_prompt) = off_async(move || {
         let l = shared.loaded()?;
         let o = parse_request(&body, api)?;
         let (tokens, prefill) = match api {
-            Api::Chat | Api::Responses => {
+            Api::Chat | Api::Responses | Api::Messages => {
                 let (text, prefill) = chat_prompt(&l.engine, &o)?;
                 (l.engine.tokenize_prompt(&text), prefill)
             }
@@ -137,8 +143,9 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         };
         let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
         request::check_prompt_len(&tokens, l.n_ctx)?;
+        let n_prompt = tokens.len();
         let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
-        Ok((l, req, rx, prefill, prompt))
+        Ok((l, req, rx, prefill, prompt, n_prompt))
     })
     .await?;
     let shape = Shape {
@@ -152,6 +159,7 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
         prefill: prefill.unwrap_or_default(),
         settings: generation_settings(&req.params, req.stream),
         prompt,
+        n_prompt,
     };
     if req.stream {
         Ok(sse(rx, shape, req))
@@ -186,6 +194,7 @@ fn new_id(api: Api) -> String {
         Api::Chat => "chatcmpl-",
         Api::Completions | Api::Llama => "cmpl-",
         Api::Responses => "resp_",
+        Api::Messages => "msg_",
     };
     format!("{prefix}{:016x}", kestrel_sampling::random_seed())
 }
@@ -207,6 +216,8 @@ struct Shape {
     /// `/completion` object carries both).
     settings: Value,
     prompt: String,
+    /// The prompt's length (Anthropic's stream states it first).
+    n_prompt: usize,
 }
 
 fn finish_reason(stop: StopReason) -> &'static str {
@@ -294,8 +305,8 @@ impl Shape {
         let (tok, bytes) = piece(e, lp.token);
         let top = lp.top.iter().take(n);
         match self.api {
-            // (Responses carry no logprobs: `responses_request` refuses them.)
-            Api::Chat | Api::Responses => json!({
+            // (Responses and Anthropic messages carry no logprobs.)
+            Api::Chat | Api::Responses | Api::Messages => json!({
                 "token": tok, "logprob": lp.logprob, "bytes": bytes,
                 "top_logprobs": top.map(|&(id, l)| {
                     let (t, b) = piece(e, id);
@@ -325,7 +336,7 @@ impl Shape {
         };
         let entries: Vec<Value> = lps.iter().map(|lp| self.token_logprobs(lp, n)).collect();
         match self.api {
-            Api::Chat | Api::Responses => json!({"content": entries}),
+            Api::Chat | Api::Responses | Api::Messages => json!({"content": entries}),
             Api::Llama => Value::Array(entries),
             Api::Completions => {
                 let tokenizer = &self.engine().tokenizer;
@@ -366,6 +377,7 @@ impl Shape {
                 "usage": usage(g), "timings": timings(g),
             }),
             Api::Responses => self.response(g),
+            Api::Messages => self.anthropic_message(g),
             Api::Llama => {
                 let mut v = self.llama_final(g);
                 v["content"] = json!(g.text);
@@ -448,8 +460,47 @@ impl Shape {
                         "output_index": 0, "content_index": 0, "part": output_text("")}),
                 ]
             }
+            Api::Messages => vec![
+                json!({"type": "message_start", "message": {
+                    "id": self.id, "type": "message", "role": "assistant", "content": [],
+                    "model": self.model, "stop_reason": null, "stop_sequence": null,
+                    "usage": {"input_tokens": self.n_prompt, "output_tokens": 0},
+                }}),
+                json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}}),
+            ],
             _ => Vec::new(),
         }
+    }
+
+    /// Anthropic: why the answer ended, and the stop string that ended it.
+    fn anthropic_stop(&self, g: &Generation) -> (&'static str, Value) {
+        match g.stats.stop {
+            StopReason::StopString => ("stop_sequence", json!(self.stopping_word(g))),
+            StopReason::Length | StopReason::ContextFull => ("max_tokens", Value::Null),
+            StopReason::EndOfGeneration | StopReason::Cancelled => ("end_turn", Value::Null),
+        }
+    }
+
+    /// Anthropic: token counts, the cached part of the prompt apart (as
+    /// Anthropic's `input_tokens` leaves cache reads out).
+    fn anthropic_usage(&self, g: &Generation) -> Value {
+        json!({
+            "input_tokens": g.stats.prompt_tokens - g.stats.cache_n.min(g.stats.prompt_tokens),
+            "cache_read_input_tokens": g.stats.cache_n,
+            "output_tokens": predicted(&g.stats),
+        })
+    }
+
+    /// Anthropic: the whole message.
+    fn anthropic_message(&self, g: &Generation) -> Value {
+        let (reason, sequence) = self.anthropic_stop(g);
+        json!({
+            "id": self.id, "type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": format!("{}{}", self.prefill, g.text)}],
+            "model": self.model, "stop_reason": reason, "stop_sequence": sequence,
+            "usage": self.anthropic_usage(g),
+        })
     }
 
     /// Responses: the one output item's id (the response's own, retyped).
@@ -520,6 +571,10 @@ impl Shape {
                 "type": "response.output_text.delta", "item_id": self.message_id(),
                 "output_index": 0, "content_index": 0, "delta": text, "logprobs": [],
             }),
+            Api::Messages => json!({
+                "type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            }),
             Api::Completions => self.chunk(json!([{
                 "index": 0, "text": text, "logprobs": logprobs, "finish_reason": null,
             }])),
@@ -559,6 +614,14 @@ impl Shape {
                     _ => "response.completed",
                 };
                 out.push(json!({"type": kind, "response": response}));
+            }
+            Api::Messages => {
+                let (reason, sequence) = self.anthropic_stop(g);
+                out.push(json!({"type": "content_block_stop", "index": 0}));
+                out.push(json!({"type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": self.anthropic_usage(g)}));
+                out.push(json!({"type": "message_stop"}));
             }
             _ => {
                 let choice = match self.api {
@@ -639,9 +702,10 @@ impl Offsets {
     }
 }
 
-/// A stream's events as SSE frames. Responses events are named (`event:`)
-/// and numbered (`sequence_number`, from 0), as OpenAI sends them; an error
-/// among them is an `error` event.
+/// A stream's events as SSE frames. Responses and Anthropic events are
+/// named (`event:`), Responses' also numbered (`sequence_number`, from 0),
+/// as OpenAI and Anthropic send them; an error among them is an `error`
+/// event in each one's shape.
 struct Framer {
     api: Api,
     sequence: u64,
@@ -649,14 +713,24 @@ struct Framer {
 
 impl Framer {
     fn frame(&mut self, mut v: Value) -> Bytes {
-        if self.api != Api::Responses {
-            return Bytes::from(format!("data: {v}\n\n"));
+        let error = v.get("error").cloned();
+        match self.api {
+            Api::Responses => {
+                if let Some(e) = error {
+                    v = json!({"type": "error", "code": e["type"], "message": e["message"],
+                        "param": null});
+                }
+                v["sequence_number"] = json!(self.sequence);
+                self.sequence += 1;
+            }
+            Api::Messages => {
+                if let Some(e) = error {
+                    v = json!({"type": "error",
+                        "error": {"type": e["type"], "message": e["message"]}});
+                }
+            }
+            _ => return Bytes::from(format!("data: {v}\n\n")),
         }
-        if let Some(e) = v.get("error").cloned() {
-            v = json!({"type": "error", "code": e["type"], "message": e["message"], "param": null});
-        }
-        v["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
         let kind = v["type"].as_str().unwrap_or("message").to_owned();
         Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
     }
@@ -765,6 +839,7 @@ fn parse_request(body: &[u8], api: Api) -> Result<Map<String, Value>, ApiError> 
     let o = request::parse_object(body)?;
     match api {
         Api::Responses => request::responses_request(&o),
+        Api::Messages => request::messages_request(&o),
         _ => Ok(o),
     }
 }
@@ -808,15 +883,21 @@ pub async fn responses_input_tokens(State(s): AppState, body: Bytes) -> Response
     input_tokens(s, body, Api::Responses).await
 }
 
+/// `POST /v1/messages/count_tokens`: the same for an Anthropic request.
+pub async fn anthropic_count_tokens(State(s): AppState, body: Bytes) -> Response {
+    input_tokens(s, body, Api::Messages).await
+}
+
 async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Response {
     off_async(move || {
         let l = s.loaded()?;
         let o = parse_request(&body, api)?;
         let (prompt, _) = chat_prompt(&l.engine, &o)?;
         let n = l.engine.tokenize_prompt(&prompt).len();
-        Ok(ok(
-            json!({ "object": "response.input_tokens", "input_tokens": n }),
-        ))
+        Ok(ok(match api {
+            Api::Messages => json!({ "input_tokens": n }),
+            _ => json!({ "object": "response.input_tokens", "input_tokens": n }),
+        }))
     })
     .await
     .unwrap_or_else(|e| e.into_response())

@@ -244,6 +244,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
             post(api::responses_input_tokens),
         )
         .route("/responses/input_tokens", post(api::responses_input_tokens))
+        .route("/v1/messages", post(api::anthropic_messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(api::anthropic_count_tokens),
+        )
         .route("/apply-template", post(api::apply_template))
         .route(
             "/v1/chat/completions/input_tokens",

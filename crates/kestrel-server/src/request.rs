@@ -173,6 +173,8 @@ pub enum Api {
     Llama,
     /// OpenAI's `/v1/responses`.
     Responses,
+    /// Anthropic's `/v1/messages` (which llama-server answers too).
+    Messages,
 }
 
 /// Everything a generation request asks for, beyond the prompt.
@@ -331,8 +333,8 @@ pub fn gen_request(
         Api::Llama => get_int(o, "n_probs", 0, 100)?
             .filter(|&n| n > 0)
             .map(|n| n as usize),
-        // Refused in `responses_request`.
-        Api::Responses => None,
+        // Refused in `responses_request`; Anthropic's API has none.
+        Api::Responses | Api::Messages => None,
     };
     let params = GenerateParams {
         n_predict,
@@ -659,6 +661,96 @@ pub fn responses_request(o: &Obj) -> Result<Obj, ApiError> {
     Ok(chat)
 }
 
+/// An Anthropic Messages request (`POST /v1/messages`) as the chat request
+/// it asks for: `system` (a string or text blocks, joined as llama-server
+/// joins them) becomes a system turn, `messages` (user and assistant turns
+/// whose content is a string or text blocks) the turns after it,
+/// `stop_sequences` the stop strings; tool, image, document and thinking
+/// blocks are a 400, as are tools (`check_unsupported`).
+pub fn messages_request(o: &Obj) -> Result<Obj, ApiError> {
+    let mut chat = o.clone();
+    for name in ["system", "messages", "stop_sequences", "thinking"] {
+        chat.remove(name);
+    }
+    if let Some(t) = field(o, "thinking") {
+        let t = t
+            .as_object()
+            .ok_or_else(|| wrong("thinking", "an object", t))?;
+        if get_str(t, "type")? == Some("enabled") {
+            return Err(ApiError::bad_request(
+                "'thinking' is not supported (this server has no thinking blocks)",
+            ));
+        }
+    }
+    let mut turns = Vec::new();
+    match field(o, "system") {
+        None => {}
+        Some(Value::String(text)) => turns.push(json!({"role": "system", "content": text})),
+        Some(Value::Array(blocks)) => {
+            let text = text_blocks("system", blocks)?.concat();
+            turns.push(json!({"role": "system", "content": text}));
+        }
+        Some(v) => return Err(wrong("system", "a string or an array of text blocks", v)),
+    }
+    let list = match o.get("messages") {
+        Some(Value::Array(list)) => list,
+        Some(v) => return Err(wrong("messages", "an array", v)),
+        None => return Err(ApiError::bad_request("'messages' is required")),
+    };
+    for (i, m) in list.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let m = m.as_object().ok_or_else(|| wrong(&at, "an object", m))?;
+        let role = get_str(m, "role")?
+            .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'role'")))?;
+        if !matches!(role, "user" | "assistant") {
+            return Err(ApiError::bad_request(format!(
+                "{at}: unknown role {role:?} (expected user or assistant; the system prompt goes in 'system')"
+            )));
+        }
+        let content = match m.get("content") {
+            Some(Value::String(text)) => json!(text),
+            Some(Value::Array(blocks)) => {
+                let parts: Vec<Value> = text_blocks(&format!("{at}.content"), blocks)?
+                    .into_iter()
+                    .map(|t| json!({"type": "text", "text": t}))
+                    .collect();
+                json!(parts)
+            }
+            Some(v) => return Err(wrong(&format!("{at}.content"), "a string or an array", v)),
+            None => return Err(ApiError::bad_request(format!("{at} has no 'content'"))),
+        };
+        turns.push(json!({"role": role, "content": content}));
+    }
+    chat.insert("messages".into(), Value::Array(turns));
+    if let Some(stop) = field(o, "stop_sequences") {
+        if !stop.is_array() {
+            return Err(wrong("stop_sequences", "an array of strings", stop));
+        }
+        chat.insert("stop".into(), stop.clone());
+    }
+    Ok(chat)
+}
+
+/// The texts of Anthropic content blocks, which must all be text blocks.
+fn text_blocks<'a>(at: &str, blocks: &'a [Value]) -> Result<Vec<&'a str>, ApiError> {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(j, b)| {
+            let at = format!("{at}[{j}]");
+            let b = b.as_object().ok_or_else(|| wrong(&at, "an object", b))?;
+            match get_str(b, "type")? {
+                Some("text") => get_str(b, "text")?
+                    .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'text'"))),
+                Some(t) => Err(ApiError::bad_request(format!(
+                    "{at}: content blocks of type {t:?} are not supported (only text)"
+                ))),
+                None => Err(ApiError::bad_request(format!("{at} has no 'type'"))),
+            }
+        })
+        .collect()
+}
+
 /// One `input` item as a chat message.
 fn response_item(at: &str, item: &Value) -> Result<Value, ApiError> {
     let item = item
@@ -935,6 +1027,59 @@ mod tests {
             plain["messages"],
             json!([{"role": "user", "content": "Hi"}])
         );
+    }
+
+    #[test]
+    fn an_anthropic_request_reads_as_its_chat() {
+        let chat = messages_request(&obj(json!({
+            "model": "m", "max_tokens": 9, "temperature": 0.2, "stop_sequences": ["!"],
+            "system": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+            "thinking": {"type": "disabled"}, "metadata": {"user_id": "u"},
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+            ],
+        })))
+        .unwrap();
+        assert_eq!(
+            Value::Object(chat),
+            json!({
+                "model": "m", "max_tokens": 9, "temperature": 0.2,
+                "metadata": {"user_id": "u"},
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+                ],
+                "stop": ["!"],
+            })
+        );
+        for (body, words) in [
+            (json!({}), "'messages' is required"),
+            (
+                json!({"messages": [{"role": "system", "content": "x"}]}),
+                "messages[0]: unknown role \"system\"",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "tool_use"}]}]}),
+                "messages[0].content[0]: content blocks of type \"tool_use\"",
+            ),
+            (
+                json!({"messages": [], "system": [{"type": "image"}]}),
+                "system[0]: content blocks of type \"image\"",
+            ),
+            (
+                json!({"messages": [], "stop_sequences": "x"}),
+                "'stop_sequences' must be an array",
+            ),
+            (
+                json!({"messages": [], "thinking": {"type": "enabled"}}),
+                "'thinking' is not supported",
+            ),
+        ] {
+            let e = messages_request(&obj(body.clone())).unwrap_err();
+            assert!(e.message.contains(words), "{body}: {}", e.message);
+        }
     }
 
     #[test]
