@@ -123,14 +123,50 @@ pub async fn anthropic_messages(State(s): AppState, body: Bytes) -> Response {
         .unwrap_or_else(|e| e.into_response())
 }
 
+/// llama-server's `POST /infill`: code completion between a prefix and a
+/// suffix (`request::infill_tokens`), answered as `/completion`.
+pub async fn infill(State(s): AppState, body: Bytes) -> Response {
+    generate_from(s, body, Api::Llama, Source::Infill)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+/// Where a generation's prompt comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The endpoint's own fields (`messages`, `prompt`, `input`).
+    Request,
+    /// An infill request's prefix and suffix.
+    Infill,
+}
+
 /// Validates a generation request completely (so that a stream, once
 /// started with 200, rarely fails), queues it, and answers as JSON or SSE.
 async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, ApiError> {
+    generate_from(s, body, api, Source::Request).await
+}
+
+async fn generate_from(
+    s: Arc<Shared>,
+    body: Bytes,
+    api: Api,
+    source: Source,
+) -> Result<Response, ApiError> {
     let shared = s.clone();
     let (l, req, rx, prefill, prompt, n_prompt) = off_async(move || {
         let l = shared.loaded()?;
         let o = parse_request(&body, api)?;
         let (tokens, prefill) = match api {
+            _ if source == Source::Infill => {
+                let tokens = request::infill_tokens(
+                    &o,
+                    &l.engine.tokenizer,
+                    request::INFILL_BATCH,
+                    shared.config.n_predict,
+                    l.n_ctx,
+                )?;
+                (tokens, None)
+            }
             Api::Chat | Api::Responses | Api::Messages => {
                 let (text, prefill) = chat_prompt(&l.engine, &o)?;
                 (l.engine.tokenize_prompt(&text), prefill)
@@ -138,7 +174,8 @@ async fn generate(s: Arc<Shared>, body: Bytes, api: Api) -> Result<Response, Api
             Api::Completions | Api::Llama => (request::prompt_tokens(&o, &l.engine)?, None),
         };
         let prompt = match api {
-            Api::Llama => l.engine.tokenizer.decode(&tokens, false),
+            // Special tokens written out, as llama-server shows the prompt.
+            Api::Llama => l.engine.tokenizer.decode(&tokens, true),
             _ => String::new(),
         };
         let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;

@@ -249,6 +249,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/v1/messages/count_tokens",
             post(api::anthropic_count_tokens),
         )
+        .route("/infill", post(api::infill))
         .route("/apply-template", post(api::apply_template))
         .route(
             "/v1/chat/completions/input_tokens",

@@ -5,6 +5,7 @@
 use kestrel_engine::{Engine, GenerateParams};
 use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
+use kestrel_tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
@@ -597,6 +598,111 @@ fn logit_bias(
         }
         Some(v) => return Err(wrong("logit_bias", "an object or an array", v)),
     }
+    Ok(out)
+}
+
+/// llama-server's logical batch (`-b`, 2048 by default): its `/infill`
+/// sizes the prefix and suffix it keeps by it.
+pub const INFILL_BATCH: usize = 2048;
+
+/// The prompt of llama-server's `POST /infill`: a code model's
+/// fill-in-the-middle tokens around `input_prefix` and `input_suffix`, after
+/// the `input_extra` chunks as the repo-level pattern lays them out (the
+/// repository marker and "myproject", each chunk after a file separator and
+/// its `filename`, then a separator for the current file), with `prompt`
+/// after the prefix; the prefix, suffix and extra chunks cut to the same
+/// budgets as llama-server's (three quarters of `batch` for the prefix's
+/// end, the rest of a quarter for the suffix's start, what `n_ctx` leaves
+/// after `batch` and twice `n_predict` for the chunks' end). A model without
+/// the three FIM tokens answers 501, as llama-server.
+pub fn infill_tokens(
+    o: &Obj,
+    tok: &Tokenizer,
+    batch: usize,
+    n_predict: i64,
+    n_ctx: usize,
+) -> Result<Vec<u32>, ApiError> {
+    let fim = tok.fim();
+    let (Some(pre), Some(suf), Some(mid)) = (fim.pre, fim.suf, fim.mid) else {
+        let missing: String = [
+            (fim.pre, "prefix"),
+            (fim.suf, "suffix"),
+            (fim.mid, "middle"),
+        ]
+        .iter()
+        .filter(|(id, _)| id.is_none())
+        .map(|(_, name)| format!("{name} token is missing. "))
+        .collect();
+        return Err(ApiError::new(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "Infill is not supported by this model: {}",
+                missing.trim_end()
+            ),
+        ));
+    };
+    let text = |name: &str| {
+        get_str(o, name)?.ok_or_else(|| ApiError::bad_request(format!("'{name}' is required")))
+    };
+    let (prefix, suffix) = (text("input_prefix")?, text("input_suffix")?);
+    let prompt = get_str(o, "prompt")?.unwrap_or("");
+    let plain = |t: &str| tok.encode(t, false, false);
+    let mut extra = Vec::new();
+    if let Some(rep) = fim.rep {
+        extra.push(rep);
+        extra.extend(plain("myproject\n"));
+    }
+    match field(o, "input_extra") {
+        None => {}
+        Some(Value::Array(chunks)) => {
+            for (i, c) in chunks.iter().enumerate() {
+                let at = format!("input_extra[{i}]");
+                let c = c.as_object().ok_or_else(|| wrong(&at, "an object", c))?;
+                let chunk = get_str(c, "text")?
+                    .ok_or_else(|| ApiError::bad_request(format!("{at} has no 'text'")))?;
+                let filename = get_str(c, "filename")?.unwrap_or("tmp");
+                match fim.sep {
+                    Some(sep) => {
+                        extra.push(sep);
+                        extra.extend(plain(&format!("{filename}\n")));
+                    }
+                    // Without a file separator, a plain-text divider.
+                    None => extra.extend(plain("\n\n--- snippet ---\n\n")),
+                }
+                extra.extend(plain(chunk));
+            }
+        }
+        Some(v) => {
+            return Err(wrong(
+                "input_extra",
+                "an array of {\"filename\", \"text\"} objects",
+                v,
+            ))
+        }
+    }
+    if let Some(sep) = fim.sep {
+        extra.push(sep);
+        extra.extend(plain("filename\n"));
+    }
+    let prompt = tok.encode(prompt, false, true);
+    let prefix = plain(prefix);
+    let suffix = plain(suffix);
+    let prefix_take = prefix.len().min(3 * (batch / 4));
+    let suffix_take = suffix
+        .len()
+        .min((batch / 4).saturating_sub(2 + prompt.len()));
+    let room = n_ctx as i64 - batch as i64 - 2 * n_predict;
+    let extra_take = extra.len().min(room.max(0) as usize);
+    let mut out: Vec<u32> = extra[extra.len() - extra_take..].to_vec();
+    if tok.add_bos() {
+        out.extend(tok.bos());
+    }
+    out.push(pre);
+    out.extend_from_slice(&prefix[prefix.len() - prefix_take..]);
+    out.extend_from_slice(&prompt);
+    out.push(suf);
+    out.extend_from_slice(&suffix[..suffix_take]);
+    out.push(mid);
     Ok(out)
 }
 

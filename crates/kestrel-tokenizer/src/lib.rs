@@ -18,4 +18,4 @@ mod unicode_table;
 
 pub use error::TokenizerError;
 pub use stream::StreamDecoder;
-pub use tokenizer::{token_type, Tokenizer, TokenizerKind, VocabData};
+pub use tokenizer::{token_type, Fim, Tokenizer, TokenizerKind, VocabData};

@@ -124,6 +124,20 @@ pub struct Tokenizer {
     add_space_prefix: bool,
     clean_spaces: bool,
     eog: Vec<u32>,
+    fim: Fim,
+}
+
+/// The fill-in-the-middle tokens a code model marks its infill prompt with
+/// (from the GGUF keys, else found by their text, as llama.cpp finds them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fim {
+    pub pre: Option<u32>,
+    pub suf: Option<u32>,
+    pub mid: Option<u32>,
+    /// The repository name's marker (repo-level infill).
+    pub rep: Option<u32>,
+    /// The file separator (repo-level infill).
+    pub sep: Option<u32>,
 }
 
 const EOT_TEXTS: &[&str] = &[
@@ -445,6 +459,13 @@ impl Tokenizer {
             add_space_prefix,
             clean_spaces,
             eog,
+            fim: Fim {
+                pre: fim_pre,
+                suf: fim_suf,
+                mid: fim_mid,
+                rep: fim_rep,
+                sep: fim_sep,
+            },
         })
     }
 
@@ -501,6 +522,9 @@ impl Tokenizer {
     }
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+    pub fn fim(&self) -> Fim {
+        self.fim
     }
     pub fn add_eos(&self) -> bool {
         self.add_eos
