@@ -95,9 +95,12 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     println!(
         "model: {} | threads: {threads} | {}",
         a.model.display(),
-        if kestrel_quant::avx512_in_use() {
+        if kestrel_quant::avx512_in_use() && kestrel_quant::vnni_in_use() {
             "AVX2 kernels (AVX-VNNI lane sums; AVX-512 for Q4_1/Q5_0/Q8_0 prompts and \
              batches, Q4_1/Q5_0/Q4_K/Q6_K decode, Q4_K prompts)"
+        } else if kestrel_quant::avx512_in_use() {
+            "AVX2 kernels (AVX-512 VNNI lane sums for Q4_0/Q5_1/Q8_0 decode; AVX-512 for \
+             Q4_1/Q5_0/Q8_0 prompts and batches, Q4_1/Q5_0/Q4_K/Q6_K decode, Q4_K prompts)"
         } else if kestrel_quant::vnni_in_use() {
             "AVX2 kernels (AVX-VNNI lane sums)"
         } else if kestrel_quant::avx2_in_use() {

@@ -288,6 +288,9 @@ fn decode_kernels(path: DotPath, ty: T) -> Option<(VecDotRows4Fn, crate::VecDotB
         (DotPath::VecDot, T::Q5_0) if vnni => (rows4v_q5_0, bandv_q5_0),
         (DotPath::VecDot, T::Q5_1) if vnni => (rows4v_q5_1, bandv_q5_1),
         (DotPath::VecDot, T::Q8_0) if vnni => (rows4v_q8_0, bandv_q8_0),
+        (DotPath::VecDot, T::Q4_0) if wide => (rows4e_q4_0, bande_q4_0),
+        (DotPath::VecDot, T::Q5_1) if wide => (rows4e_q5_1, bande_q5_1),
+        (DotPath::VecDot, T::Q8_0) if wide => (rows4e_q8_0, bande_q8_0),
         (DotPath::VecDot, T::Q4_0) => (rows4_q4_0, band_q4_0),
         (DotPath::VecDot, T::Q4_1) => (rows4_q4_1, band_q4_1),
         (DotPath::VecDot, T::Q5_0) => (rows4_q5_0, band_q5_0),
@@ -365,6 +368,24 @@ legacy_bands! {
     band_q5_1, bandv_q5_1 => Q51;
     band_q8_0, bandv_q8_0 => Q80;
 }
+// The same with AVX-512's EVEX `vpdpbusd` on 256-bit registers, for the
+// formats the AVX-512 builds leave to these (CPUs with AVX-512 VNNI but no
+// AVX-VNNI: Zen 4, Ice Lake, Cascade Lake).
+band!(
+    bande_q4_0,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    legacy_rows::<Q40, EvexLanes, 4>
+);
+band!(
+    bande_q5_1,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    legacy_rows::<Q51, EvexLanes, 4>
+);
+band!(
+    bande_q8_0,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    legacy_rows::<Q80, EvexLanes, 4>
+);
 band!(band_q4_k_gemv, "avx2,fma,f16c", q4_k_gemv_rows::<4>);
 band!(band_q6_k, "avx2,fma,f16c", q6_k_vec_dot_rows::<4>);
 
@@ -390,6 +411,17 @@ macro_rules! entry_rows4 {
             unsafe { body(rows, a) }
         }
     };
+    ($name:ident => evex $f:ty) => {
+        fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+            unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                unsafe { legacy_rows::<$f, EvexLanes, 4>(rows, a) }
+            }
+            // SAFETY: AVX2, FMA, F16C and AVX-512 F/VL/VNNI were detected
+            // before this kernel was handed out (`rows4_dot`).
+            unsafe { body(rows, a) }
+        }
+    };
     ($name:ident => rows $body:ident) => {
         fn $name(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
             // SAFETY: as `entry!`.
@@ -411,6 +443,9 @@ entry_rows4!(rows4v_q4_1 => vnni Q41);
 entry_rows4!(rows4v_q5_0 => vnni Q50);
 entry_rows4!(rows4v_q5_1 => vnni Q51);
 entry_rows4!(rows4v_q8_0 => vnni Q80);
+entry_rows4!(rows4e_q4_0 => evex Q40);
+entry_rows4!(rows4e_q5_1 => evex Q51);
+entry_rows4!(rows4e_q8_0 => evex Q80);
 
 /// A build of a format's packed prompt kernels: the preparation they
 /// read, four tokens, eight tokens.
@@ -489,8 +524,11 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
     let mut all = builds(avx2, vnni);
     if wide::available() {
         match ty {
+            T::Q4_0 => all.push(rows4e_q4_0),
             T::Q4_1 => all.push(wide::rows4a_q4_1),
             T::Q5_0 => all.push(wide::rows4z_q5_0),
+            T::Q5_1 => all.push(rows4e_q5_1),
+            T::Q8_0 => all.push(rows4e_q8_0),
             _ => {}
         }
     }
@@ -1537,6 +1575,8 @@ trait Lanes {
 
 struct Avx2Lanes;
 struct VnniLanes;
+/// VNNI's lane sums by AVX-512 VL's EVEX form of `vpdpbusd`.
+struct EvexLanes;
 
 impl Lanes for Avx2Lanes {
     const FUSED_ADD: bool = false;
@@ -1563,6 +1603,21 @@ impl Lanes for VnniLanes {
     unsafe fn lanes_plus(c: __m256i, u: __m256i, a: __m256i) -> __m256i {
         // SAFETY: as `lanes`.
         unsafe { _mm256_dpbusd_avx_epi32(c, u, a) }
+    }
+}
+
+impl Lanes for EvexLanes {
+    const FUSED_ADD: bool = true;
+    #[inline(always)]
+    unsafe fn lanes(u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VL and VNNI are enabled in every caller (the
+        // EVEX entries).
+        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a) }
+    }
+    #[inline(always)]
+    unsafe fn lanes_plus(c: __m256i, u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: as `lanes`.
+        unsafe { _mm256_dpbusd_epi32(c, u, a) }
     }
 }
 
