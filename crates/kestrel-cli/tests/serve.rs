@@ -514,6 +514,38 @@ fn serve_endpoints() {
     // Embeddings: a 501 that says so, as llama-server without --embeddings.
     let r = post(port, "/v1/embeddings", &json!({"input": "hi"}));
     assert_error(&r, 501, "embeddings");
+    // What llama-server answers without --props, --slot-save-path and
+    // --reranking (flags Kestrel does not have): 501 not_supported_error
+    // naming the flag, where these were a 405 and 404s.
+    for (path, body, flag) in [
+        ("/props", json!({}), "--props"),
+        (
+            "/slots/0?action=save",
+            json!({"filename": "a.bin"}),
+            "--slot-save-path",
+        ),
+        ("/slots/0?action=erase", json!({}), "--slot-save-path"),
+        (
+            "/rerank",
+            json!({"query": "q", "documents": ["d"]}),
+            "--reranking",
+        ),
+        (
+            "/v1/rerank",
+            json!({"query": "q", "documents": ["d"]}),
+            "--reranking",
+        ),
+        (
+            "/v1/reranking",
+            json!({"query": "q", "documents": ["d"]}),
+            "--reranking",
+        ),
+    ] {
+        let r = post(port, path, &body);
+        assert_error(&r, 501, path);
+        assert_eq!(r.json()["error"]["type"], "not_supported_error", "{path}");
+        assert!(r.text().contains(flag), "{path}: {}", r.text());
+    }
 
     // Sampled (not greedy): the same seed gives the same text, streamed or not.
     let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,

@@ -1251,6 +1251,37 @@ pub async fn embeddings() -> Response {
     .into_response()
 }
 
+/// `POST /props`: llama-server changes nothing there either, and without
+/// its `--props` flag (which Kestrel does not have) answers this 501.
+pub async fn props_change() -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "This server does not support changing global properties. Start it with `--props`",
+    )
+    .into_response()
+}
+
+/// `POST /slots/{id}?action=save|restore|erase`: llama-server's answer
+/// without `--slot-save-path` (which Kestrel does not have), before it
+/// looks at the slot or the action.
+pub async fn slots_action() -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "This server does not support slots action. Start it with `--slot-save-path`",
+    )
+    .into_response()
+}
+
+/// llama-server's reranking routes, which need a ranking model: 501, as
+/// llama-server answers without `--reranking`.
+pub async fn rerank() -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "This server does not support reranking. Start it with `--reranking`",
+    )
+    .into_response()
+}
+
 pub async fn not_found(uri: axum::http::Uri) -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,
