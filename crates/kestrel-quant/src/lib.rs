@@ -476,6 +476,41 @@ use path_dot;
 mod tests {
     use super::*;
 
+    /// The AVX-512 builds follow the features they use (AVX-512 F, BW, VL,
+    /// VNNI on top of AVX2), whether or not the CPU also has AVX-VNNI: a
+    /// Zen 4 without it ran every product on the AVX2 kernels, and each
+    /// decode path takes the AVX-512 kernel of Q4_1 where they run.
+    #[test]
+    fn avx512_builds_follow_the_features_they_use() {
+        let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "1");
+        if off("KESTREL_PORTABLE") || off("KESTREL_NO_VNNI") || off("KESTREL_NO_AVX512") {
+            eprintln!("a kernel build is turned off by the environment: nothing to check");
+            return;
+        }
+        let has = [
+            std::arch::is_x86_feature_detected!("avx2"),
+            std::arch::is_x86_feature_detected!("fma"),
+            std::arch::is_x86_feature_detected!("f16c"),
+            std::arch::is_x86_feature_detected!("avx512f"),
+            std::arch::is_x86_feature_detected!("avx512bw"),
+            std::arch::is_x86_feature_detected!("avx512vl"),
+            std::arch::is_x86_feature_detected!("avx512vnni"),
+        ];
+        let wide = has.iter().all(|&h| h);
+        assert_eq!(
+            avx512_in_use(),
+            wide,
+            "AVX2/FMA/F16C, AVX-512 F/BW/VL/VNNI: {has:?}, AVX-VNNI: {}",
+            std::arch::is_x86_feature_detected!("avxvnni")
+        );
+        let q4_1 = dot_band_kernel(DotPath::VecDot, GgmlType::Q4_1).map(|f| f as usize);
+        assert_eq!(
+            q4_1 == Some(x86::wide::banda_q4_1 as VecDotBandFn as usize),
+            wide,
+            "Q4_1's decode band kernel"
+        );
+    }
+
     /// Every AVX2 twin returns the bits of its portable original, for every
     /// type and kernel path, on random blocks (random bytes with sane half
     /// scales, activations from random floats) of odd block counts.
