@@ -546,6 +546,25 @@ fn serve_endpoints() {
         assert_eq!(r.json()["error"]["type"], "not_supported_error", "{path}");
         assert!(r.text().contains(flag), "{path}: {}", r.text());
     }
+    // LoRA adapters: none loaded, so the list is empty, an empty update
+    // applies, and one naming an adapter (or not a list) is a 400.
+    let r = request(port, "GET", "/lora-adapters", "");
+    assert_eq!((r.status, r.json()), (200, json!([])), "{}", r.text());
+    let r = post(port, "/lora-adapters", &json!([]));
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"success": true})),
+        "{}",
+        r.text()
+    );
+    let r = post(port, "/lora-adapters", &json!([{"id": 0, "scale": 1.0}]));
+    assert_error(&r, 400, "an unknown adapter");
+    assert!(r.text().contains("id 0"), "{}", r.text());
+    assert_error(
+        &post(port, "/lora-adapters", &json!({"id": 0})),
+        400,
+        "an adapter update that is not a list",
+    );
 
     // Sampled (not greedy): the same seed gives the same text, streamed or not.
     let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,

@@ -1282,6 +1282,42 @@ pub async fn rerank() -> Response {
     .into_response()
 }
 
+/// `GET /lora-adapters`: the loaded LoRA adapters, none here (Kestrel
+/// loads none), as llama-server lists them when started without `--lora`.
+pub async fn lora_adapters() -> Response {
+    ok(json!([]))
+}
+
+/// `POST /lora-adapters`: new scales for the loaded adapters, an array of
+/// `{"id", "scale"}`. With no adapters only an empty list applies;
+/// llama-server would skip an unknown id silently, which leaves a client
+/// believing an adapter took effect, so one is a 400 that says so.
+pub async fn set_lora_adapters(body: Bytes) -> Response {
+    let answer = || -> Result<Value, ApiError> {
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        let Value::Array(entries) = v else {
+            return Err(ApiError::bad_request(format!(
+                "Request body must be an array, got {}",
+                request::kind(&v)
+            )));
+        };
+        if let Some(e) = entries.first() {
+            let id = e
+                .get("id")
+                .map_or_else(|| "-1".to_owned(), Value::to_string);
+            return Err(ApiError::bad_request(format!(
+                "no LoRA adapter with id {id}: this server has none loaded"
+            )));
+        }
+        Ok(json!({"success": true}))
+    };
+    match answer() {
+        Ok(v) => ok(v),
+        Err(e) => e.into_response(),
+    }
+}
+
 pub async fn not_found(uri: axum::http::Uri) -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,

@@ -264,6 +264,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/props", get(api::props).post(api::props_change))
         .route("/slots", get(api::slots))
         .route("/slots/{id}", post(api::slots_action))
+        .route(
+            "/lora-adapters",
+            get(api::lora_adapters).post(api::set_lora_adapters),
+        )
         .route("/rerank", post(api::rerank))
         .route("/reranking", post(api::rerank))
         .route("/v1/rerank", post(api::rerank))
