@@ -565,6 +565,21 @@ fn serve_endpoints() {
         400,
         "an adapter update that is not a list",
     );
+    // A request's own `lora` likewise: empty applies, an adapter is a 400.
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "Hi", "n_predict": 1, "lora": []}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for lora in [json!([{"id": 0, "scale": 0.5}]), json!({"id": 0})] {
+        let body = json!({"messages": [{"role": "user", "content": "Hi"}], "lora": lora});
+        assert_error(
+            &post(port, "/v1/chat/completions", &body),
+            400,
+            "a request's lora",
+        );
+    }
 
     // Sampled (not greedy): the same seed gives the same text, streamed or not.
     let sampled = json!({"prompt": "My favourite animal is", "max_tokens": 12,

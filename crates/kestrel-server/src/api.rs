@@ -1289,9 +1289,7 @@ pub async fn lora_adapters() -> Response {
 }
 
 /// `POST /lora-adapters`: new scales for the loaded adapters, an array of
-/// `{"id", "scale"}`. With no adapters only an empty list applies;
-/// llama-server would skip an unknown id silently, which leaves a client
-/// believing an adapter took effect, so one is a 400 that says so.
+/// `{"id", "scale"}` (see [`request::no_lora`]).
 pub async fn set_lora_adapters(body: Bytes) -> Response {
     let answer = || -> Result<Value, ApiError> {
         let v: Value = serde_json::from_slice(&body)
@@ -1302,14 +1300,7 @@ pub async fn set_lora_adapters(body: Bytes) -> Response {
                 request::kind(&v)
             )));
         };
-        if let Some(e) = entries.first() {
-            let id = e
-                .get("id")
-                .map_or_else(|| "-1".to_owned(), Value::to_string);
-            return Err(ApiError::bad_request(format!(
-                "no LoRA adapter with id {id}: this server has none loaded"
-            )));
-        }
+        request::no_lora(&entries)?;
         Ok(json!({"success": true}))
     };
     match answer() {

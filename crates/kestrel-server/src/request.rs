@@ -191,7 +191,31 @@ pub struct GenRequest {
 }
 
 /// Rejects what this server does not do yet, with a message that says so.
+/// LoRA adapter scales (`/lora-adapters`, a request's `lora`): with no
+/// adapters loaded only an empty list applies. llama-server skips an
+/// unknown id silently, which leaves a client believing an adapter took
+/// effect; here one is a 400 that says none are loaded.
+pub fn no_lora(entries: &[Value]) -> Result<(), ApiError> {
+    match entries.first() {
+        Some(e) => {
+            let id = e
+                .get("id")
+                .map_or_else(|| "-1".to_owned(), Value::to_string);
+            Err(ApiError::bad_request(format!(
+                "no LoRA adapter with id {id}: this server has none loaded"
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
 pub fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
+    if let Some(v) = field(o, "lora") {
+        let entries = v
+            .as_array()
+            .ok_or_else(|| wrong("lora", "an array of objects with 'id' and 'scale'", v))?;
+        no_lora(entries)?;
+    }
     // llama-server's `n_cmpl` is `n` by another name.
     for name in ["n", "n_cmpl"] {
         if let Some(n) = get_int(o, name, i64::MIN, i64::MAX)? {
