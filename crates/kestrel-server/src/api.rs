@@ -156,8 +156,8 @@ async fn generate_from(
     let (l, req, rx, prefill, prompt, n_prompt) = off_async(move || {
         let l = shared.loaded()?;
         let o = parse_request(&body, api)?;
-        let (tokens, prefill) = match api {
-            _ if source == Source::Infill => {
+        let (tokens, prefill) = match (source, api) {
+            (Source::Infill, _) => {
                 let tokens = request::infill_tokens(
                     &o,
                     &l.engine.tokenizer,
@@ -167,11 +167,11 @@ async fn generate_from(
                 )?;
                 (tokens, None)
             }
-            Api::Chat | Api::Responses | Api::Messages => {
+            (_, Api::Chat | Api::Responses | Api::Messages) => {
                 let (text, prefill) = chat_prompt(&l.engine, &o)?;
                 (l.engine.tokenize_prompt(&text), prefill)
             }
-            Api::Completions | Api::Llama => (request::prompt_tokens(&o, &l.engine)?, None),
+            (_, Api::Completions | Api::Llama) => (request::prompt_tokens(&o, &l.engine)?, None),
         };
         let prompt = match api {
             // Special tokens written out, as llama-server shows the prompt.
@@ -1244,42 +1244,28 @@ pub async fn metrics(State(s): AppState) -> Response {
 /// Embeddings: answered as llama-server answers them when started without
 /// `--embeddings` (a 501 that the OpenAI client reports as such).
 pub async fn embeddings() -> Response {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "embeddings are not supported: this server generates text",
-    )
-    .into_response()
+    not_supported("embeddings are not supported: this server generates text")
 }
 
 /// `POST /props`: llama-server changes nothing there either, and without
 /// its `--props` flag (which Kestrel does not have) answers this 501.
 pub async fn props_change() -> Response {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
+    not_supported(
         "This server does not support changing global properties. Start it with `--props`",
     )
-    .into_response()
 }
 
 /// `POST /slots/{id}?action=save|restore|erase`: llama-server's answer
 /// without `--slot-save-path` (which Kestrel does not have), before it
 /// looks at the slot or the action.
 pub async fn slots_action() -> Response {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "This server does not support slots action. Start it with `--slot-save-path`",
-    )
-    .into_response()
+    not_supported("This server does not support slots action. Start it with `--slot-save-path`")
 }
 
 /// llama-server's reranking routes, which need a ranking model: 501, as
 /// llama-server answers without `--reranking`.
 pub async fn rerank() -> Response {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "This server does not support reranking. Start it with `--reranking`",
-    )
-    .into_response()
+    not_supported("This server does not support reranking. Start it with `--reranking`")
 }
 
 /// `GET /lora-adapters`: the loaded LoRA adapters, none here (Kestrel
@@ -1292,8 +1278,7 @@ pub async fn lora_adapters() -> Response {
 /// `{"id", "scale"}` (see [`request::no_lora`]).
 pub async fn set_lora_adapters(body: Bytes) -> Response {
     let answer = || -> Result<Value, ApiError> {
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        let v = request::parse_json(&body)?;
         let Value::Array(entries) = v else {
             return Err(ApiError::bad_request(format!(
                 "Request body must be an array, got {}",
@@ -1307,6 +1292,11 @@ pub async fn set_lora_adapters(body: Bytes) -> Response {
         Ok(v) => ok(v),
         Err(e) => e.into_response(),
     }
+}
+
+/// A 501 `not_supported_error` with `message`.
+fn not_supported(message: &str) -> Response {
+    ApiError::new(StatusCode::NOT_IMPLEMENTED, message).into_response()
 }
 
 pub async fn not_found(uri: axum::http::Uri) -> Response {

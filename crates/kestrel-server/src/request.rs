@@ -12,11 +12,15 @@ use crate::error::ApiError;
 
 type Obj = Map<String, Value>;
 
+/// A request body as JSON, or a 400 naming the parse error.
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+}
+
 /// Parses a body that must be a JSON object.
 pub fn parse_object(body: &[u8]) -> Result<Obj, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    match v {
+    match parse_json(body)? {
         Value::Object(m) => Ok(m),
         other => Err(ApiError::bad_request(format!(
             "the body must be a JSON object, got {}",
