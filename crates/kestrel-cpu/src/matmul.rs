@@ -574,7 +574,27 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             }
         };
         if by_rows4.contains(&true) {
-            for k in 0..quarter {
+            // One group (up to four sequences decoding) on a band kernel:
+            // the loop over the rows runs inside one call.
+            let band4 = match groups.as_slice() {
+                &[(t, four, real)] => if real <= 2 {
+                    four.rows4_two_band.or(four.rows4_band)
+                } else {
+                    four.rows4_band
+                }
+                .map(|band| (t, real, band)),
+                _ => None,
+            }
+            .filter(|_| quarter > 0);
+            if let Some((t, real, band)) = band4 {
+                let n = 4 * quarter;
+                let mut res = vec![0f32; 4 * n];
+                band(&w.data[r0 * rb..(r0 + n) * rb], &prepared[0], &mut res);
+                for (j, res) in res.chunks_exact(n).enumerate().take(real) {
+                    out.row_slice(t + j, r0..r0 + n).copy_from_slice(res);
+                }
+            }
+            for k in (0..quarter).filter(|_| band4.is_none()) {
                 let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
                 for (g, &(t, four, real)) in groups.iter().enumerate() {
                     let kernel = if real <= 2 {
@@ -889,6 +909,50 @@ mod tests {
                 for r in 0..rows {
                     let want = one(cols, &data[r * rb..(r + 1) * rb], &acts[0]);
                     assert_eq!(out[r].to_bits(), want.to_bits(), "{ty} rows {rows} row {r}");
+                }
+            }
+        }
+    }
+
+    /// Batched decode (two to four sequences, one token each) takes the
+    /// four-row group kernels, over a whole band in one call where there is
+    /// a band build: every output keeps its token's one-row bits, for row
+    /// counts that do not divide by 4 (the leftover rows go one at a time).
+    #[test]
+    fn batched_decode_gives_every_sequence_its_one_row_bits() {
+        let cols = 576usize;
+        let mut rnd = values(13);
+        let x: Vec<f32> = (0..4 * cols).map(|_| rnd()).collect();
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
+            for rows in [5usize, 8, 37, 64] {
+                let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+                let mut data = vec![0u8; rb * rows];
+                for row in data.chunks_exact_mut(rb) {
+                    let wf: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+                    quantize_row(ty, &wf, row);
+                }
+                let w = MatRef {
+                    ty,
+                    rows,
+                    cols,
+                    data: &data,
+                };
+                for n_seq in [2usize, 3, 4] {
+                    let acts = quantize_rows(ty, &x[..n_seq * cols], cols);
+                    let seqs: Vec<Range<usize>> = (0..n_seq).map(|t| t..t + 1).collect();
+                    let mut out = vec![f32::NAN; n_seq * rows];
+                    all_rows_into(w, &acts, &seqs, &mut out);
+                    for (t, a) in acts.iter().enumerate() {
+                        let one = dot_kernel(dot_path(ty, rows, 0, 1), ty);
+                        for r in 0..rows {
+                            let want = one(cols, &data[r * rb..(r + 1) * rb], a);
+                            assert_eq!(
+                                out[t * rows + r].to_bits(),
+                                want.to_bits(),
+                                "{ty} rows {rows}, {n_seq} sequences: sequence {t} row {r}"
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -345,12 +345,24 @@ pub struct Dot4 {
     /// `rows4` for the group's first two tokens only (the other two
     /// results are 0): a group of two real rows and two copies.
     pub rows4_two: Option<VecDot4x4Fn>,
+    /// `rows4` and `rows4_two` over a whole band in one call, where there
+    /// are such builds (batched decode with one group).
+    pub rows4_band: Option<VecDot4x4BandFn>,
+    pub rows4_two_band: Option<VecDot4x4BandFn>,
 }
 
 /// Four weight rows against four activation rows prepared by the
 /// [`Dot4`]'s `prepare`: `[row][token]`, each with the bits of `dot`. Take
 /// the rows from four streams, as [`VecDotRows4Fn`].
 pub type VecDot4x4Fn = fn(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4];
+
+/// A [`VecDot4x4Fn`] over a band of `4q` weight rows (`w`, one after
+/// another) in one call: `out[t * 4q + i]` = token t's result for row i,
+/// the bits of the four-row kernel's, with rows i, q + i, 2q + i and 3q + i
+/// going together as [`VecDotBandFn`] takes them. One call per four rows
+/// spent a tenth of a four-sequence step outside the arithmetic: the call,
+/// the kernel's setup, the wait on its reductions, the stores.
+pub type VecDot4x4BandFn = fn(w: &[u8], pre: &[Chunk32], out: &mut [f32]);
 
 /// An eight-row kernel on unpacked weight rows, with the row unpacking and
 /// the activation layout it reads (its own: the AVX-512 build lays groups
@@ -910,6 +922,69 @@ mod tests {
         }
         if crate::avx512_in_use() {
             assert_eq!(checked, 3 * 6, "every format's kernel, six lengths");
+        }
+    }
+
+    /// The four-row kernels' band builds give every (row, token) of a band
+    /// of 4q rows the portable dot's bits at `out[t * 4q + row]` (the
+    /// two-token build: tokens 2 and 3 are 0), with the rows of each
+    /// quarter distinct so that a mixed-up row order shows.
+    #[test]
+    fn rows4_band_kernels_equal_portable_bit_for_bit() {
+        let mut next = values(0x6a09_e667_f3bc_c908);
+        let mut checked = 0;
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
+            let Some(kern) = dot4_kernel(DotPath::VecDot, ty).filter(|k| k.rows4_band.is_some())
+            else {
+                eprintln!("{ty}: no four-row band kernel on this CPU");
+                continue;
+            };
+            let builds = [
+                (kern.rows4_band.expect("checked"), 4),
+                (
+                    kern.rows4_two_band
+                        .expect("a two-token build beside the four"),
+                    2,
+                ),
+            ];
+            for (blocks, q) in [(1usize, 1usize), (5, 3), (18, 2)] {
+                let n = blocks * 32;
+                let rb = bytes_for(ty, n);
+                let rows = 4 * q;
+                let mut w = vec![0u8; rows * rb];
+                for r in w.chunks_exact_mut(rb) {
+                    let wf: Vec<f32> = (0..n).map(|_| next() / 20.0).collect();
+                    quantize_row(ty, &wf, r);
+                }
+                let a: Vec<Vec<u8>> = (0..4)
+                    .map(|_| quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>()))
+                    .collect();
+                let mut pre = Vec::new();
+                (kern.prepare)([&a[0][..], &a[1], &a[2], &a[3]], &mut pre);
+                for (band, real) in builds {
+                    let mut out = vec![f32::NAN; 4 * rows];
+                    band(&w, &pre, &mut out);
+                    for (r, row) in w.chunks_exact(rb).enumerate() {
+                        for (t, a) in a.iter().enumerate() {
+                            let want = if t < real {
+                                (portable_kernels(ty).vec_dot)(n, row, a)
+                            } else {
+                                0.0
+                            };
+                            let got = out[t * rows + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ty} n={n} {real} tokens: row {r} token {t}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+                checked += 1;
+            }
+        }
+        if crate::avx512_in_use() {
+            assert_eq!(checked, 3 * 3, "every format's band, three shapes");
         }
     }
 }

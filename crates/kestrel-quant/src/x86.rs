@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 use crate::{
     Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, Unpacked8, VecDot2Fn, VecDot4Fn,
-    VecDot4x4Fn, VecDot8Fn, VecDotFn, VecDotRows4Fn,
+    VecDot4x4BandFn, VecDot4x4Fn, VecDot8Fn, VecDotFn, VecDotRows4Fn,
 };
 
 pub(crate) mod wide;
@@ -108,6 +108,19 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         (DotPath::VecDot, T::Q8_0) if wide => (Some(wide::rows4x4_q8_0), Some(wide::rows4x2_q8_0)),
         _ => (None, None),
     };
+    let (rows4_band, rows4_two_band): (Option<VecDot4x4BandFn>, Option<VecDot4x4BandFn>) =
+        match (path, ty) {
+            (DotPath::VecDot, T::Q4_1) if wide => {
+                (Some(wide::band4x4_q4_1), Some(wide::band4x2_q4_1))
+            }
+            (DotPath::VecDot, T::Q5_0) if wide => {
+                (Some(wide::band4x4_q5_0), Some(wide::band4x2_q5_0))
+            }
+            (DotPath::VecDot, T::Q8_0) if wide => {
+                (Some(wide::band4x4_q8_0), Some(wide::band4x2_q8_0))
+            }
+            _ => (None, None),
+        };
     Some(Dot4 {
         dot,
         prepare,
@@ -115,6 +128,8 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         unpacked,
         rows4,
         rows4_two,
+        rows4_band,
+        rows4_two_band,
     })
 }
 
