@@ -718,8 +718,20 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
             q4_1_across_block(&mut acc, &mut summs, unit(i), qs, dm, first);
         }
     }
-    // Each token's lanes j and 4 + j, then `finish`'s pairings within each
-    // row's 128-bit lane; the sum lands in lane 4r.
+    // SAFETY: the features are enabled in every caller.
+    unsafe { across_finish(&acc, Some(summs)) }
+}
+
+/// The rows-across kernels' results, `[row][token]`: each token's lanes j
+/// and 4 + j, then `finish`'s pairings within each row's 128-bit lane (the
+/// sum lands in lane 4r), plus `summs`' lane 4r + t (row r's m x token t's
+/// s) for the unsigned formats; tokens past T: 0, as `finish`. The caller
+/// has AVX-512 F.
+#[inline(always)]
+unsafe fn across_finish<const T: usize>(
+    acc: &[[__m512; 2]; T],
+    summs: Option<__m512>,
+) -> [[f32; 4]; 4] {
     let sums: [__m512; 4] = std::array::from_fn(|t| {
         let Some(&[lo, hi]) = acc.get(t) else {
             return _mm512_setzero_ps();
@@ -732,17 +744,108 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
     let s01 = _mm512_unpacklo_ps(sums[0], sums[1]);
     let s23 = _mm512_unpacklo_ps(sums[2], sums[3]);
     let v = _mm512_shuffle_ps::<0b01_00_01_00>(s01, s23);
-    // Tokens past T: 0, as `finish`.
     let keep: __mmask16 = match T {
         4 => 0xffff,
         2 => 0x3333,
         _ => 0x1111,
     };
-    let v = _mm512_maskz_add_ps(keep, v, summs);
+    let v = match summs {
+        Some(summs) => _mm512_maskz_add_ps(keep, v, summs),
+        None => _mm512_maskz_mov_ps(keep, v),
+    };
     let mut out = [[0f32; 4]; 4];
     // SAFETY: out is 16 contiguous floats, lane 4r + t = out[r][t].
     unsafe { _mm512_storeu_ps(out.as_mut_ptr() as *mut f32, v) };
     out
+}
+
+/// Q8_0's four weight rows against a prepared group of four tokens (or of
+/// its first `T` = 2), rows across the register as in
+/// [`q4_1_rows4_across`]: lane 4r + j of `lo` holds row r's quants
+/// 4j..4j + 4, of `hi` its quants 16 + 4j.., and each lane starts at -128
+/// x the sum of its four weights (the activations are unsigned, + 128, as
+/// `dotw_rows4` takes them), so one `vpdpbusd` against a token's half
+/// block broadcast to the four 128-bit lanes gives all four rows' exact
+/// signed lane sums j (or 4 + j). Each (row, token) gets `dotw_rows4`'s
+/// lanes, d x da product and fused adds in the same order, so the same
+/// bits; but the lane starts, the scales and the weight loads are done
+/// once for four rows instead of once per row, and no weight broadcast per
+/// token pair: 24 multiply-add-port instructions per block of four rows
+/// and four tokens where `dotw_rows4` spends 32 (the output matrix of
+/// batched decode).
+#[inline(always)]
+unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+    const WB: usize = 34;
+    let blocks = rows[0].len() / WB;
+    // One check each stands for the raw reads in the loop.
+    assert!(rows.iter().all(|r| r.len() == blocks * WB), "weight rows");
+    assert!(
+        pre.len() > blocks * 2 * units::<Q80>(),
+        "prepared activations"
+    );
+    // SAFETY: within the prepared buffer (its 64-aligned part).
+    let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
+    // Lane 4r + x takes row r's d.
+    let d_at = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    // Qwords of [row 0 | row 1] (0..8) and [row 2 | row 3] (8..16): each
+    // row's first 16 quants, then its last 16.
+    let lo_idx = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+    let hi_idx = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+    let ones = _mm512_set1_epi8(1);
+    let minus128 = _mm512_set1_epi16(-128);
+    let mut acc = [[_mm512_setzero_ps(); 2]; T];
+    for i in 0..blocks {
+        // SAFETY: i < blocks, so each row's block i (34 bytes) is within
+        // its row and the block's activation units within the prepared
+        // buffer (both checked above); AVX-512 F/BW/VNNI and F16C are
+        // enabled in every caller.
+        unsafe {
+            let at = |r: usize| rows[r].as_ptr().add(i * WB);
+            let q = |r: usize| {
+                // A hint (one per 34 bytes reaches every line): the address
+                // is not dereferenced, and may lie past the row.
+                _mm_prefetch::<_MM_HINT_T0>(at(r).wrapping_add(ROWS4_PREFETCH) as *const i8);
+                _mm256_loadu_si256(at(r).add(2) as *const __m256i)
+            };
+            let z01 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q(0)), q(1));
+            let z23 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q(2)), q(3));
+            let lo = _mm512_permutex2var_epi64(z01, lo_idx, z23);
+            let hi = _mm512_permutex2var_epi64(z01, hi_idx, z23);
+            let start = |w: __m512i| _mm512_madd_epi16(_mm512_maddubs_epi16(ones, w), minus128);
+            let halves = [(lo, start(lo)), (hi, start(hi))];
+            let d16 = |r: usize| (at(r) as *const i16).read_unaligned();
+            let d4 = _mm_cvtph_ps(_mm_setr_epi16(d16(0), d16(1), d16(2), d16(3), 0, 0, 0, 0));
+            let dw = _mm512_permutexvar_ps(d_at, _mm512_castps128_ps512(d4));
+            let unit = |k: usize| base.add((i * units::<Q80>() + k) * 64);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let a = unit(t / 2).add(32 * (t % 2));
+                let da = (unit(2 + t / 2).add(32 * (t % 2)) as *const f32).read();
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+                for (h, (acc, &(q, st))) in acc.iter_mut().zip(&halves).enumerate() {
+                    let act =
+                        _mm512_broadcast_i32x4(_mm_load_si128(a.add(16 * h) as *const __m128i));
+                    let l = _mm512_dpbusd_epi32(st, act, q);
+                    *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), *acc);
+                }
+            }
+        }
+    }
+    // SAFETY: the features are enabled in every caller.
+    unsafe { across_finish(&acc, None) }
+}
+
+macro_rules! q8_0_across {
+    ($name:ident, $tokens:literal) => {
+        pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
+                unsafe { q8_0_rows4_across::<$tokens>(rows, pre) }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(rows, pre) }
+        }
+    };
 }
 
 /// One block of [`q4_1_rows4_across`]: its four rows' quants `qs` (row r's
@@ -799,12 +902,12 @@ macro_rules! q4_1_across {
 
 q4_1_across!(rows4x4_q4_1, 4);
 wide_rows4!(Q50Bw, rows4x4_q5_0, 2);
-wide_rows4!(Q80, rows4x4_q8_0, 2);
+q8_0_across!(rows4x4_q8_0, 4);
 // The group's first two tokens only (two sequences decoding): one register
 // of the two, half the arithmetic.
 q4_1_across!(rows4x2_q4_1, 2);
 wide_rows4!(Q50Bw, rows4x2_q5_0, 1);
-wide_rows4!(Q80, rows4x2_q8_0, 1);
+q8_0_across!(rows4x2_q8_0, 2);
 
 /// A band kernel (`VecDot4x4BandFn`) from a four-row group kernel inlined
 /// into it: the loop over the band's quarters runs inside one call with the
@@ -847,10 +950,10 @@ macro_rules! rows4_band {
 
 rows4_band!(band4x4_q4_1, q4_1_rows4_across::<4>);
 rows4_band!(band4x4_q5_0, dotw_rows4::<Q50Bw, 2>);
-rows4_band!(band4x4_q8_0, dotw_rows4::<Q80, 2>);
+rows4_band!(band4x4_q8_0, q8_0_rows4_across::<4>);
 rows4_band!(band4x2_q4_1, q4_1_rows4_across::<2>);
 rows4_band!(band4x2_q5_0, dotw_rows4::<Q50Bw, 1>);
-rows4_band!(band4x2_q8_0, dotw_rows4::<Q80, 1>);
+rows4_band!(band4x2_q8_0, q8_0_rows4_across::<2>);
 
 // Single-token decode of Q4_1 takes the same kernel with the group's first
 // token alone, its activations prepared once per band: the rows-across
