@@ -398,6 +398,40 @@ impl<'a> Band<'a> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at + rows.start), rows.len()) }
     }
 
+    /// Rows `rows` of tokens `t..t + real` (1 to 4), one slice a token;
+    /// the slices past `real` are empty.
+    fn token_slices4(&mut self, t: usize, real: usize, rows: Range<usize>) -> [&mut [f32]; 4] {
+        assert!(
+            self.rows.start <= rows.start && rows.start <= rows.end && rows.end <= self.rows.end,
+            "rows {rows:?} outside the band"
+        );
+        assert!(
+            (1..=4).contains(&real)
+                && (t + real)
+                    .checked_mul(self.stride)
+                    .is_some_and(|n| n <= self.len),
+            "tokens {t}..{} outside the output",
+            t + real
+        );
+        std::array::from_fn(|j| {
+            if j >= real {
+                return &mut [][..];
+            }
+            // SAFETY: (t + j) * stride + rows.end <= (t + real) * stride <=
+            // len (rows.end <= stride as band rows), within the buffer
+            // borrowed for 'a; the four tokens' slices are disjoint (each
+            // within its own token's stride), the rows are this band's
+            // alone (see the Send impl), and the slices borrow the band
+            // mutably, so nothing else writes them meanwhile.
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.ptr.add((t + j) * self.stride + rows.start),
+                    rows.len(),
+                )
+            }
+        })
+    }
+
     /// Outputs (token `t + j`, row `rows[k]`) = `v[k][j]` for j < `real`:
     /// a four-row kernel's results, with the bounds checked once for the
     /// sixteen (checked one by one, the stores cost a fifth of the
@@ -588,11 +622,11 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             .filter(|_| quarter > 0);
             if let Some((t, real, band)) = band4 {
                 let n = 4 * quarter;
-                let mut res = vec![0f32; 4 * n];
-                band(&w.data[r0 * rb..(r0 + n) * rb], &prepared[0], &mut res);
-                for (j, res) in res.chunks_exact(n).enumerate().take(real) {
-                    out.row_slice(t + j, r0..r0 + n).copy_from_slice(res);
-                }
+                band(
+                    &w.data[r0 * rb..(r0 + n) * rb],
+                    &prepared[0],
+                    out.token_slices4(t, real, r0..r0 + n),
+                );
             }
             for k in (0..quarter).filter(|_| band4.is_none()) {
                 let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);

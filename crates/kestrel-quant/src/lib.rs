@@ -357,12 +357,14 @@ pub struct Dot4 {
 pub type VecDot4x4Fn = fn(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4];
 
 /// A [`VecDot4x4Fn`] over a band of `4q` weight rows (`w`, one after
-/// another) in one call: `out[t * 4q + i]` = token t's result for row i,
-/// the bits of the four-row kernel's, with rows i, q + i, 2q + i and 3q + i
-/// going together as [`VecDotBandFn`] takes them. One call per four rows
-/// spent a tenth of a four-sequence step outside the arithmetic: the call,
-/// the kernel's setup, the wait on its reductions, the stores.
-pub type VecDot4x4BandFn = fn(w: &[u8], pre: &[Chunk32], out: &mut [f32]);
+/// another) in one call: `out[t][i]` = token t's result for row i, the
+/// bits of the four-row kernel's, with rows i, q + i, 2q + i and 3q + i
+/// going together as [`VecDotBandFn`] takes them; `out[0]` holds the 4q
+/// results, each other token's slice as many or none (a token not wanted).
+/// One call per four rows spent a tenth of a four-sequence step outside
+/// the arithmetic: the call, the kernel's setup, the wait on its
+/// reductions, the stores.
+pub type VecDot4x4BandFn = fn(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]);
 
 /// An eight-row kernel on unpacked weight rows, with the row unpacking and
 /// the activation layout it reads (its own: the AVX-512 build lays groups
@@ -926,9 +928,10 @@ mod tests {
     }
 
     /// The four-row kernels' band builds give every (row, token) of a band
-    /// of 4q rows the portable dot's bits at `out[t * 4q + row]` (the
-    /// two-token build: tokens 2 and 3 are 0), with the rows of each
-    /// quarter distinct so that a mixed-up row order shows.
+    /// of 4q rows the portable dot's bits at `out[t][row]` (the two-token
+    /// build, asked for two tokens: the other two slices untouched), with
+    /// the rows of each quarter distinct so that a mixed-up row order
+    /// shows.
     #[test]
     fn rows4_band_kernels_equal_portable_bit_for_bit() {
         let mut next = values(0x6a09_e667_f3bc_c908);
@@ -962,16 +965,25 @@ mod tests {
                 let mut pre = Vec::new();
                 (kern.prepare)([&a[0][..], &a[1], &a[2], &a[3]], &mut pre);
                 for (band, real) in builds {
-                    let mut out = vec![f32::NAN; 4 * rows];
-                    band(&w, &pre, &mut out);
+                    // Four tokens: all four slices; two: the first two
+                    // (the others empty, as a group of two real tokens
+                    // asks).
+                    let mut out: [Vec<f32>; 4] = std::array::from_fn(|_| vec![f32::NAN; rows]);
+                    let [o0, o1, o2, o3] = out.each_mut().map(|o| o.as_mut_slice());
+                    let (o2, o3) = if real == 4 {
+                        (o2, o3)
+                    } else {
+                        (&mut o2[..0], &mut o3[..0])
+                    };
+                    band(&w, &pre, [o0, o1, o2, o3]);
                     for (r, row) in w.chunks_exact(rb).enumerate() {
                         for (t, a) in a.iter().enumerate() {
                             let want = if t < real {
                                 (portable_kernels(ty).vec_dot)(n, row, a)
                             } else {
-                                0.0
+                                f32::NAN
                             };
-                            let got = out[t * rows + r];
+                            let got = out[t][r];
                             assert_eq!(
                                 got.to_bits(),
                                 want.to_bits(),

@@ -918,26 +918,32 @@ q8_0_across!(rows4x2_q8_0, 2);
 /// products 5.08 -> 4.83, the Q8_0 output 1.33 -> 1.26.
 macro_rules! rows4_band {
     ($name:ident, $body:expr) => {
-        pub(crate) fn $name(w: &[u8], pre: &[Chunk32], out: &mut [f32]) {
+        pub(crate) fn $name(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]) {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn body(w: &[u8], pre: &[Chunk32], out: &mut [f32]) {
-                let n = out.len() / 4;
+            unsafe fn body(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]) {
+                let n = out[0].len();
                 let q = n / 4;
                 let rb = w.len().checked_div(n).unwrap_or(0);
                 assert!(
-                    out.len() == 16 * q && w.len() == rb * n,
-                    "a band of four quarters, four tokens"
+                    n == 4 * q
+                        && w.len() == rb * n
+                        && out.iter().all(|o| o.is_empty() || o.len() == n),
+                    "a band of four quarters"
                 );
-                let (o0, rest) = out.split_at_mut(n);
-                let (o1, rest) = rest.split_at_mut(n);
-                let (o2, o3) = rest.split_at_mut(n);
+                let [o0, o1, o2, o3] = out;
                 for k in 0..q {
                     let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
                     // SAFETY: this function has the body's target features.
                     let v: [[f32; 4]; 4] = unsafe { $body([row(0), row(1), row(2), row(3)], pre) };
                     for (j, [a, b, c, d]) in v.into_iter().enumerate() {
                         let i = j * q + k;
-                        (o0[i], o1[i], o2[i], o3[i]) = (a, b, c, d);
+                        o0[i] = a;
+                        // A token not wanted has an empty slice.
+                        for (o, x) in [(&mut *o1, b), (&mut *o2, c), (&mut *o3, d)] {
+                            if let Some(o) = o.get_mut(i) {
+                                *o = x;
+                            }
+                        }
                     }
                 }
             }
