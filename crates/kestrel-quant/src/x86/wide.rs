@@ -444,6 +444,24 @@ unsafe fn finish<F: Legacy, const H: usize>(acc: [__m512; H], summs: __m128) -> 
     out
 }
 
+/// The four-row kernels' one check for their raw reads: four rows of
+/// `blocks` whole blocks and a prepared group with units for as many.
+/// Returns `blocks` and where the group's 64-aligned units start.
+#[inline(always)]
+fn rows4_bases<F: Legacy>(rows: [&[u8]; 4], pre: &[Chunk32]) -> (usize, *const u8) {
+    let blocks = rows[0].len() / F::WB;
+    assert!(
+        rows.iter().all(|r| r.len() == blocks * F::WB),
+        "weight rows"
+    );
+    assert!(
+        pre.len() > blocks * 2 * units::<F>(),
+        "prepared activations"
+    );
+    // The 64-aligned part of the prepared buffer (within it: `start`).
+    (blocks, pre[start(pre)..].as_ptr() as *const u8)
+}
+
 /// Bytes ahead of each row's block that `dotw_rows4` asks for. Four
 /// tokens' arithmetic per weight byte left the hardware prefetchers behind
 /// (a single token's kernel keeps pace without): batchbench, SmolLM2, four
@@ -516,18 +534,7 @@ unsafe fn dotw_rows4<F: Unpack2, const H: usize>(
     rows: [&[u8]; 4],
     pre: &[Chunk32],
 ) -> [[f32; 4]; 4] {
-    let blocks = rows[0].len() / F::WB;
-    // One check each stands for the raw reads in the loop.
-    assert!(
-        rows.iter().all(|r| r.len() == blocks * F::WB),
-        "weight rows"
-    );
-    assert!(
-        pre.len() > blocks * 2 * units::<F>(),
-        "prepared activations"
-    );
-    // SAFETY: within the prepared buffer (its 64-aligned part).
-    let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
+    let (blocks, base) = rows4_bases::<F>(rows, pre);
     let mut acc = [[_mm512_setzero_ps(); H]; 4];
     let mut summs = [_mm_setzero_ps(); 4];
     for i in 0..blocks {
@@ -585,12 +592,14 @@ unsafe fn dotw_rows4<F: Unpack2, const H: usize>(
     out
 }
 
-macro_rules! wide_rows4 {
-    ($f:ty, $name:ident, $pairs:literal) => {
+/// A four-row group kernel (`VecDot4x4Fn`) from its body, inlined into a
+/// function with the AVX-512 builds' target features.
+macro_rules! rows4 {
+    ($name:ident, $body:expr) => {
         pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-                unsafe { dotw_rows4::<$f, $pairs>(rows, pre) }
+                unsafe { $body(rows, pre) }
             }
             // SAFETY: handed out only after `available()` confirmed the
             // features.
@@ -619,15 +628,7 @@ macro_rules! wide_rows4 {
 #[inline(always)]
 unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 20;
-    let blocks = rows[0].len() / WB;
-    // One check each stands for the raw reads in the loop.
-    assert!(rows.iter().all(|r| r.len() == blocks * WB), "weight rows");
-    assert!(
-        pre.len() > blocks * 2 * units::<Q41>(),
-        "prepared activations"
-    );
-    // SAFETY: within the prepared buffer (its 64-aligned part).
-    let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
+    let (blocks, base) = rows4_bases::<Q41>(rows, pre);
     // Lane 4r + x takes row r's d (element 2r of the converted (d, m)
     // pairs) or its m (2r + 1).
     let d_at = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
@@ -776,15 +777,7 @@ unsafe fn across_finish<const T: usize>(
 #[inline(always)]
 unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 34;
-    let blocks = rows[0].len() / WB;
-    // One check each stands for the raw reads in the loop.
-    assert!(rows.iter().all(|r| r.len() == blocks * WB), "weight rows");
-    assert!(
-        pre.len() > blocks * 2 * units::<Q80>(),
-        "prepared activations"
-    );
-    // SAFETY: within the prepared buffer (its 64-aligned part).
-    let base = unsafe { pre.as_ptr().add(start(pre)) as *const u8 };
+    let (blocks, base) = rows4_bases::<Q80>(rows, pre);
     // Lane 4r + x takes row r's d.
     let d_at = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     // Qwords of [row 0 | row 1] (0..8) and [row 2 | row 3] (8..16): each
@@ -834,20 +827,6 @@ unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
     unsafe { across_finish(&acc, None) }
 }
 
-macro_rules! q8_0_across {
-    ($name:ident, $tokens:literal) => {
-        pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-                unsafe { q8_0_rows4_across::<$tokens>(rows, pre) }
-            }
-            // SAFETY: handed out only after `available()` confirmed the
-            // features.
-            unsafe { body(rows, pre) }
-        }
-    };
-}
-
 /// One block of [`q4_1_rows4_across`]: its four rows' quants `qs` (row r's
 /// 16 bytes in 128-bit lane r) and their (d, m) pairs as f32 in `dm`, at
 /// the lanes `at` names (`at.0`: lane 4r + x takes row r's d, `at.1` its
@@ -886,28 +865,14 @@ unsafe fn q4_1_across_block<const T: usize>(
     }
 }
 
-macro_rules! q4_1_across {
-    ($name:ident, $tokens:literal) => {
-        pub(crate) fn $name(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
-                unsafe { q4_1_rows4_across::<$tokens>(rows, pre) }
-            }
-            // SAFETY: handed out only after `available()` confirmed the
-            // features.
-            unsafe { body(rows, pre) }
-        }
-    };
-}
-
-q4_1_across!(rows4x4_q4_1, 4);
-wide_rows4!(Q50Bw, rows4x4_q5_0, 2);
-q8_0_across!(rows4x4_q8_0, 4);
+rows4!(rows4x4_q4_1, q4_1_rows4_across::<4>);
+rows4!(rows4x4_q5_0, dotw_rows4::<Q50Bw, 2>);
+rows4!(rows4x4_q8_0, q8_0_rows4_across::<4>);
 // The group's first two tokens only (two sequences decoding): one register
 // of the two, half the arithmetic.
-q4_1_across!(rows4x2_q4_1, 2);
-wide_rows4!(Q50Bw, rows4x2_q5_0, 1);
-q8_0_across!(rows4x2_q8_0, 2);
+rows4!(rows4x2_q4_1, q4_1_rows4_across::<2>);
+rows4!(rows4x2_q5_0, dotw_rows4::<Q50Bw, 1>);
+rows4!(rows4x2_q8_0, q8_0_rows4_across::<2>);
 
 /// A band kernel (`VecDot4x4BandFn`) from a four-row group kernel inlined
 /// into it: the loop over the band's quarters runs inside one call with the
