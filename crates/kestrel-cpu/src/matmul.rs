@@ -476,6 +476,30 @@ fn slices4<'a>(row: impl Fn(usize) -> &'a [u8], r: [usize; 4]) -> [&'a [u8]; 4] 
     [row(r[0]), row(r[1]), row(r[2]), row(r[3])]
 }
 
+/// Token `t`'s results for every row of `out`'s band, as one sequence
+/// decoding reads them: the band's quarters through `band` (four streams),
+/// the rows past the last whole quarter (under four) through `one`.
+fn token_band(
+    w: MatRef<'_>,
+    band: VecDotBandFn,
+    one: VecDotFn,
+    a: &[u8],
+    t: usize,
+    out: &mut Band<'_>,
+) {
+    let (r0, r1) = (out.rows.start, out.rows.end);
+    let rb = w.row_bytes();
+    let q = (r1 - r0) / 4;
+    band(
+        &w.data[r0 * rb..(r0 + 4 * q) * rb],
+        a,
+        out.row_slice(t, r0..r0 + 4 * q),
+    );
+    for r in r0 + 4 * q..r1 {
+        out.put(t, r, one(w.cols, &w.data[r * rb..(r + 1) * rb], a));
+    }
+}
+
 /// The rows of `out`'s band of `w` against every activation row.
 /// Tokens on the same kernel path are taken four at a time where a four-row
 /// kernel exists, so each unpacked weight block serves four tokens.
@@ -513,16 +537,8 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
         // (kbench, one thread, rows in L2, three runs: Q8_0 49.7-51.7 ->
         // 53.0-55.9 GB/s, Q5_0 30.2-30.8 -> 32.3-32.9, Q4_1 28.7-29.4 ->
         // 30.8-32.0).
-        let q = (r1 - r0) / 4;
         if let Some(band) = dot_band_kernel(paths[0], w.ty) {
-            band(
-                &w.data[r0 * rb..(r0 + 4 * q) * rb],
-                &acts[0],
-                out.row_slice(0, r0..r0 + 4 * q),
-            );
-            for r in r0 + 4 * q..r1 {
-                out.put(0, r, (runs[0].2)(w.cols, row(r), &acts[0]));
-            }
+            token_band(w, band, runs[0].2, &acts[0], 0, out);
             return;
         }
     }
@@ -681,16 +697,8 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             .collect();
         let singles_done = match bands {
             Some(bands) if decode && quarter > 0 => {
-                let n = 4 * quarter;
                 for (&(tt, one), band) in lone.iter().zip(bands) {
-                    band(
-                        &w.data[r0 * rb..(r0 + n) * rb],
-                        &acts[tt],
-                        out.row_slice(tt, r0..r0 + n),
-                    );
-                    for r in r0 + n..r1 {
-                        out.put(tt, r, one(w.cols, row(r), &acts[tt]));
-                    }
+                    token_band(w, band, one, &acts[tt], tt, out);
                 }
                 true
             }
