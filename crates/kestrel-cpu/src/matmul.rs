@@ -601,10 +601,15 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
             }
         }
         prepared.resize_with(prepared.len().max(groups.len()), Vec::new);
-        for ((&(t, four, real), pre), &pair) in groups.iter().zip(prepared.iter_mut()).zip(&paired)
+        for (g, ((&(t, four, real), pre), &pair)) in groups
+            .iter()
+            .zip(prepared.iter_mut())
+            .zip(&paired)
+            .enumerate()
         {
             let prepare = match four.unpacked {
                 Some(u) if pair && unpack_tile => u.prepare,
+                _ if by_rows4[g] => four.rows4_prepare,
                 _ => four.prepare,
             };
             prepare(group_acts(t, real), pre);
@@ -658,12 +663,16 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                     out.put4(t, real, rows, rows4(slices4(row, rows), &prepared[g]));
                 }
             }
+            // Rows past the quarters (a band of rows not a multiple of
+            // four) through the one-row kernel, on `prepare`'s layout.
+            let mut plain = Vec::new();
             for (g, &(t, four, real)) in groups.iter().enumerate() {
-                if !by_rows4[g] {
+                if !by_rows4[g] || r0 + 4 * quarter == r1 {
                     continue;
                 }
+                (four.prepare)(group_acts(t, real), &mut plain);
                 for r in r0 + 4 * quarter..r1 {
-                    let v4 = (four.dot)(row(r), group_acts(t, real), &prepared[g]);
+                    let v4 = (four.dot)(row(r), group_acts(t, real), &plain);
                     for (j, v) in v4.into_iter().enumerate().take(real) {
                         out.put(t + j, r, v);
                     }

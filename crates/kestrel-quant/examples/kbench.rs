@@ -175,6 +175,8 @@ fn prefill_rates() {
         );
         // Four rows against the group at once (batched decode's kernel).
         if let Some(rows4) = f.rows4 {
+            let mut pre = Vec::new();
+            (f.rows4_prepare)(a, &mut pre);
             let row = |r: usize| &w[r * rb..(r + 1) * rb];
             let t0 = Instant::now();
             for _ in 0..reps {

@@ -342,6 +342,10 @@ pub struct Dot4 {
     /// Four weight rows against the prepared group at once, where there is
     /// such a kernel (for batches too small to unpack rows for).
     pub rows4: Option<VecDot4x4Fn>,
+    /// The activation layout that `rows4`, `rows4_two` and their band
+    /// builds read: `prepare` itself for most formats, its own where the
+    /// four-row kernel loads better from another.
+    pub rows4_prepare: Prepare4Fn,
     /// `rows4` for the group's first two tokens only (the other two
     /// results are 0): a group of two real rows and two copies.
     pub rows4_two: Option<VecDot4x4Fn>,
@@ -898,7 +902,7 @@ mod tests {
                     .collect();
                 let a4 = [&a[0][..], &a[1], &a[2], &a[3]];
                 let mut pre = Vec::new();
-                (kern.prepare)(a4, &mut pre);
+                (kern.rows4_prepare)(a4, &mut pre);
                 let w4 = [&w[0][..], &w[1], &w[2], &w[3]];
                 let got = rows4(w4, &pre);
                 let two = kern.rows4_two.expect("a two-token build beside the four")(w4, &pre);
@@ -963,7 +967,7 @@ mod tests {
                     .map(|_| quantize_activations(ty, &(0..n).map(|_| next()).collect::<Vec<_>>()))
                     .collect();
                 let mut pre = Vec::new();
-                (kern.prepare)([&a[0][..], &a[1], &a[2], &a[3]], &mut pre);
+                (kern.rows4_prepare)([&a[0][..], &a[1], &a[2], &a[3]], &mut pre);
                 for (band, real) in builds {
                     // Four tokens: all four slices; two: the first two
                     // (the others empty, as a group of two real tokens

@@ -121,12 +121,17 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
             }
             _ => (None, None),
         };
+    let rows4_prepare = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide => wide::prepare_q4_1_across,
+        _ => prepare,
+    };
     Some(Dot4 {
         dot,
         prepare,
         dot8,
         unpacked,
         rows4,
+        rows4_prepare,
         rows4_two,
         rows4_band,
         rows4_two_band,

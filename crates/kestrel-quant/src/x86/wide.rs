@@ -96,39 +96,101 @@ fn prepare<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     }
 }
 
-/// One Q8_1 row as token 0 of a Q4_1 group, writing only what the
-/// one-token kernel reads (its quants, its widened scale, the four sums
-/// with tokens 1..4's zero): the rest of `out` keeps whatever it held, so
-/// a band's preparation costs no fill of the three absent tokens' units,
-/// and F16C converts each block's (d, s) in one instruction (576 columns:
-/// 231 -> 24 ns a row; a SmolLM2 step prepares about 200 rows a worker).
-fn prepare_one_q4_1(a: &[u8], out: &mut Vec<Chunk32>) {
+/// 64-byte units per block of the layout [`q4_1_rows4_across`] reads
+/// (`prepare_q4_1_across`): units 2t and 2t + 1 hold token t's half blocks
+/// (quants 0..16, 16..32), each repeated in the four 128-bit lanes; units
+/// 8 and 9 hold the tokens' d and s, token t's in lanes 4r + t. The kernel
+/// loads the half blocks and the s as they are, where broadcasting 16
+/// bytes from a compact layout took a shuffle-port instruction per load:
+/// Zen 4 ran the kernel's mix with 128-bit broadcast loads at 29 cycles a
+/// block, with full loads at 22 (a synthetic loop of its instructions).
+/// Two and a half times the bytes of `prepare`'s layout (a 1536-column
+/// row's 30 KiB for four tokens), read again for every four weight rows
+/// from L1 or L2.
+const ACROSS_UNITS: usize = 10;
+
+/// Four Q8_1 rows in the rows-across layout ([`ACROSS_UNITS`]). Every unit
+/// is written, so `out` is only grown, never cleared.
+pub(crate) fn prepare_q4_1_across(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     const BLOCK: usize = 36;
-    let blocks = a.len() / BLOCK;
-    let per_block = 2 * units::<Q41>();
+    let blocks = a[0].len() / BLOCK;
+    let per_block = 2 * ACROSS_UNITS;
     out.resize(blocks * per_block + 1, Chunk32([0; 32]));
     let at = start(out);
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fill(a: &[u8], units: &mut [Chunk32], per_block: usize) {
-        for (b, unit) in a.chunks_exact(BLOCK).zip(units.chunks_exact_mut(per_block)) {
-            let ds = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            // SAFETY: AVX2 and F16C are enabled here; each store writes
-            // within its 32-byte chunk (a unit holds ten), each load reads
-            // the block's 32 quant bytes.
+    let a = a.map(|r| &r[..blocks * BLOCK]);
+    #[target_feature(enable = "avx2,f16c,avx512f")]
+    unsafe fn fill(a: [&[u8]; 4], units: &mut [Chunk32], per_block: usize) {
+        // The (d, s) pairs' d first, then their s.
+        let split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        for (i, unit) in units.chunks_exact_mut(per_block).enumerate() {
+            let b = a.map(|r| &r[i * BLOCK..(i + 1) * BLOCK]);
+            let ds = |t: usize| i32::from_le_bytes([b[t][0], b[t][1], b[t][2], b[t][3]]);
+            let p = unit.as_mut_ptr() as *mut u8;
+            // SAFETY: AVX2, F16C and AVX-512 F are enabled here; the
+            // stores write units 0..10 of this block's 640 bytes, the
+            // loads read each row's block of 36 bytes.
             unsafe {
-                let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(ds as i32));
-                let q = _mm256_loadu_si256(b.as_ptr().add(4) as *const __m256i);
-                _mm256_storeu_si256(unit[0].0.as_mut_ptr() as *mut __m256i, q);
-                let d = _mm256_broadcastss_ps(ds);
-                _mm256_storeu_ps(unit[4].0.as_mut_ptr() as *mut f32, d);
-                // s in lane 0, the absent tokens' 0 in lanes 1..4.
-                let s = _mm_move_ss(_mm_setzero_ps(), _mm_movehdup_ps(ds));
-                _mm_storeu_ps(unit[8].0.as_mut_ptr() as *mut f32, s);
+                for (t, b) in b.iter().enumerate() {
+                    let q = _mm256_loadu_si256(b.as_ptr().add(4) as *const __m256i);
+                    let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+                    for (h, x) in halves.into_iter().enumerate() {
+                        let to = p.add((2 * t + h) * 64) as *mut __m512i;
+                        _mm512_storeu_si512(to, _mm512_broadcast_i32x4(x));
+                    }
+                }
+                let pairs = _mm256_cvtph_ps(_mm_setr_epi32(ds(0), ds(1), ds(2), ds(3)));
+                let v = _mm256_permutevar8x32_ps(pairs, split);
+                let d = _mm512_broadcast_f32x4(_mm256_castps256_ps128(v));
+                let s = _mm512_broadcast_f32x4(_mm256_extractf128_ps::<1>(v));
+                _mm512_storeu_ps(p.add(8 * 64) as *mut f32, d);
+                _mm512_storeu_ps(p.add(9 * 64) as *mut f32, s);
             }
         }
     }
     // SAFETY: reached only through kernels handed out after `available()`
-    // (which implies AVX2 and F16C).
+    // (which implies AVX2, F16C and AVX-512 F).
+    unsafe { fill(a, &mut out[at..at + blocks * per_block], per_block) }
+}
+
+/// One Q8_1 row as token 0 of a Q4_1 group in the rows-across layout,
+/// writing only what the one-token kernel reads (its half blocks, its d
+/// and s with tokens 1..4's lanes 0): the rest of `out` keeps whatever it
+/// held, so a band's preparation costs no fill of the three absent tokens'
+/// units, and F16C converts each block's (d, s) in one instruction (576
+/// columns: 231 -> 24 ns a row; a SmolLM2 step prepares about 200 rows a
+/// worker).
+fn prepare_one_q4_1(a: &[u8], out: &mut Vec<Chunk32>) {
+    const BLOCK: usize = 36;
+    let blocks = a.len() / BLOCK;
+    let per_block = 2 * ACROSS_UNITS;
+    out.resize(blocks * per_block + 1, Chunk32([0; 32]));
+    let at = start(out);
+    #[target_feature(enable = "avx2,f16c,avx512f")]
+    unsafe fn fill(a: &[u8], units: &mut [Chunk32], per_block: usize) {
+        for (b, unit) in a.chunks_exact(BLOCK).zip(units.chunks_exact_mut(per_block)) {
+            let ds = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let p = unit.as_mut_ptr() as *mut u8;
+            // SAFETY: AVX2, F16C and AVX-512 F are enabled here; the stores
+            // write units 0, 1, 8 and 9 of this block's 640 bytes, the load
+            // reads the block's 32 quant bytes.
+            unsafe {
+                let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(ds as i32));
+                let q = _mm256_loadu_si256(b.as_ptr().add(4) as *const __m256i);
+                let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+                for (h, x) in halves.into_iter().enumerate() {
+                    _mm512_storeu_si512(p.add(h * 64) as *mut __m512i, _mm512_broadcast_i32x4(x));
+                }
+                // d (then s) in lane 0 of each 128-bit lane, the absent
+                // tokens' 0 in lanes 1..4.
+                let d = _mm_move_ss(_mm_setzero_ps(), ds);
+                let s = _mm_move_ss(_mm_setzero_ps(), _mm_movehdup_ps(ds));
+                _mm512_storeu_ps(p.add(8 * 64) as *mut f32, _mm512_broadcast_f32x4(d));
+                _mm512_storeu_ps(p.add(9 * 64) as *mut f32, _mm512_broadcast_f32x4(s));
+            }
+        }
+    }
+    // SAFETY: reached only through kernels handed out after `available()`
+    // (which implies AVX2, F16C and AVX-512 F).
     unsafe {
         fill(
             &a[..blocks * BLOCK],
@@ -448,16 +510,13 @@ unsafe fn finish<F: Legacy, const H: usize>(acc: [__m512; H], summs: __m128) -> 
 /// `blocks` whole blocks and a prepared group with units for as many.
 /// Returns `blocks` and where the group's 64-aligned units start.
 #[inline(always)]
-fn rows4_bases<F: Legacy>(rows: [&[u8]; 4], pre: &[Chunk32]) -> (usize, *const u8) {
+fn rows4_bases<F: Legacy>(rows: [&[u8]; 4], pre: &[Chunk32], units: usize) -> (usize, *const u8) {
     let blocks = rows[0].len() / F::WB;
     assert!(
         rows.iter().all(|r| r.len() == blocks * F::WB),
         "weight rows"
     );
-    assert!(
-        pre.len() > blocks * 2 * units::<F>(),
-        "prepared activations"
-    );
+    assert!(pre.len() > blocks * 2 * units, "prepared activations");
     // The 64-aligned part of the prepared buffer (within it: `start`).
     (blocks, pre[start(pre)..].as_ptr() as *const u8)
 }
@@ -534,7 +593,7 @@ unsafe fn dotw_rows4<F: Unpack2, const H: usize>(
     rows: [&[u8]; 4],
     pre: &[Chunk32],
 ) -> [[f32; 4]; 4] {
-    let (blocks, base) = rows4_bases::<F>(rows, pre);
+    let (blocks, base) = rows4_bases::<F>(rows, pre, units::<F>());
     let mut acc = [[_mm512_setzero_ps(); H]; 4];
     let mut summs = [_mm_setzero_ps(); 4];
     for i in 0..blocks {
@@ -628,7 +687,7 @@ macro_rules! rows4 {
 #[inline(always)]
 unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 20;
-    let (blocks, base) = rows4_bases::<Q41>(rows, pre);
+    let (blocks, base) = rows4_bases::<Q41>(rows, pre, ACROSS_UNITS);
     // Lane 4r + x takes row r's d (element 2r of the converted (d, m)
     // pairs) or its m (2r + 1).
     let d_at = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
@@ -654,7 +713,7 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
     let up = _mm512_set1_epi32(8);
     let second = (_mm512_add_epi32(d_at, up), _mm512_add_epi32(m_at, up));
     // Block i's prepared activations (64-aligned units).
-    let unit = |i: usize| base.wrapping_add(i * units::<Q41>() * 64);
+    let unit = |i: usize| base.wrapping_add(i * ACROSS_UNITS * 64);
     let mut i = 0;
     while i + 4 <= blocks {
         // SAFETY: (i + 4) * 20 >= i * 20 + 64, so each 64-byte read lies
@@ -777,7 +836,7 @@ unsafe fn across_finish<const T: usize>(
 #[inline(always)]
 unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 34;
-    let (blocks, base) = rows4_bases::<Q80>(rows, pre);
+    let (blocks, base) = rows4_bases::<Q80>(rows, pre, units::<Q80>());
     // Lane 4r + x takes row r's d.
     let d_at = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     // Qwords of [row 0 | row 1] (0..8) and [row 2 | row 3] (8..16): each
@@ -831,7 +890,7 @@ unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
 /// 16 bytes in 128-bit lane r) and their (d, m) pairs as f32 in `dm`, at
 /// the lanes `at` names (`at.0`: lane 4r + x takes row r's d, `at.1` its
 /// m), against the block's prepared activations at `act`. The caller has
-/// AVX-512 F/BW/VNNI and `act` holds the block's `units::<Q41>()` units.
+/// AVX-512 F/BW/VNNI and `act` holds the block's [`ACROSS_UNITS`] units.
 #[inline(always)]
 unsafe fn q4_1_across_block<const T: usize>(
     acc: &mut [[__m512; 2]; T],
@@ -850,14 +909,17 @@ unsafe fn q4_1_across_block<const T: usize>(
         let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(qs), nibble);
         let dw = _mm512_permutexvar_ps(at.0, dm);
         let mw = _mm512_permutexvar_ps(at.1, dm);
-        let s = _mm512_broadcast_f32x4(_mm_load_ps(unit(4) as *const f32));
+        let s = _mm512_loadu_ps(unit(9) as *const f32);
         *summs = _mm512_fmadd_ps(mw, s, *summs);
+        // One multiply per token with its d broadcast from memory (the
+        // sixteen products in one multiply, then an in-lane permute per
+        // token, ran slower: kbench, five alternated runs, 58-62 against
+        // 60-71 GMAC/s).
+        let da = unit(8) as *const f32;
         for (t, acc) in acc.iter_mut().enumerate() {
-            let a = unit(t / 2).add(32 * (t % 2));
-            let da = (unit(2 + t / 2).add(32 * (t % 2)) as *const f32).read();
-            let d = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+            let d = _mm512_mul_ps(dw, _mm512_set1_ps(da.add(t).read()));
             for (h, (acc, q)) in acc.iter_mut().zip([lo, hi]).enumerate() {
-                let act = _mm512_broadcast_i32x4(_mm_load_si128(a.add(16 * h) as *const __m128i));
+                let act = _mm512_loadu_si512(unit(2 * t + h) as *const _);
                 let l = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, act);
                 *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), *acc);
             }
