@@ -123,6 +123,7 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         };
     let rows4_prepare = match (path, ty) {
         (DotPath::VecDot, T::Q4_1) if wide => wide::prepare_q4_1_across,
+        (DotPath::VecDot, T::Q8_0) if wide => wide::prepare_q8_0_across,
         _ => prepare,
     };
     Some(Dot4 {

@@ -96,60 +96,85 @@ fn prepare<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
     }
 }
 
-/// 64-byte units per block of the layout [`q4_1_rows4_across`] reads
-/// (`prepare_q4_1_across`): units 2t and 2t + 1 hold token t's half blocks
-/// (quants 0..16, 16..32), each repeated in the four 128-bit lanes; units
-/// 8 and 9 hold the tokens' d and s, token t's in lanes 4r + t. The kernel
-/// loads the half blocks and the s as they are, where broadcasting 16
-/// bytes from a compact layout took a shuffle-port instruction per load:
-/// Zen 4 ran the kernel's mix with 128-bit broadcast loads at 29 cycles a
-/// block, with full loads at 22 (a synthetic loop of its instructions).
-/// Two and a half times the bytes of `prepare`'s layout (a 1536-column
-/// row's 30 KiB for four tokens), read again for every four weight rows
-/// from L1 or L2.
-const ACROSS_UNITS: usize = 10;
+/// 64-byte units per block of the layout the rows-across kernels
+/// ([`q4_1_rows4_across`], [`q8_0_rows4_across`]) read
+/// (`prepare_across`): units 2t and 2t + 1 hold token t's half blocks
+/// (quants 0..16, 16..32; Q8_0's made unsigned, + 128), each repeated in
+/// the four 128-bit lanes; unit 8 holds the tokens' d, token t's in lanes
+/// 4r + t, and for Q4_1 unit 9 their s likewise. The kernels load the half
+/// blocks and the s as they are, where broadcasting 16 bytes from a
+/// compact layout took a shuffle-port instruction per load: Zen 4 ran the
+/// Q4_1 kernel's mix with 128-bit broadcast loads at 29 cycles a block,
+/// with full loads at 22 (a synthetic loop of its instructions). About
+/// twice the bytes of `prepare`'s layout (a 1536-column row's 30 KiB for
+/// four tokens), read again for every four weight rows from L1 or L2.
+const fn across_units<F: Legacy>() -> usize {
+    if F::SIGNED {
+        9
+    } else {
+        10
+    }
+}
 
-/// Four Q8_1 rows in the rows-across layout ([`ACROSS_UNITS`]). Every unit
-/// is written, so `out` is only grown, never cleared.
-pub(crate) fn prepare_q4_1_across(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
-    const BLOCK: usize = 36;
-    let blocks = a[0].len() / BLOCK;
-    let per_block = 2 * ACROSS_UNITS;
+/// Four Q8_1 (Q4_1) or Q8_0 (Q8_0) rows in the rows-across layout
+/// ([`across_units`]). Every unit is written, so `out` is only grown,
+/// never cleared.
+fn prepare_across<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    let block = if F::SIGNED { 34 } else { 36 };
+    let blocks = a[0].len() / block;
+    let per_block = 2 * across_units::<F>();
     out.resize(blocks * per_block + 1, Chunk32([0; 32]));
     let at = start(out);
-    let a = a.map(|r| &r[..blocks * BLOCK]);
+    let a = a.map(|r| &r[..blocks * block]);
     #[target_feature(enable = "avx2,f16c,avx512f")]
-    unsafe fn fill(a: [&[u8]; 4], units: &mut [Chunk32], per_block: usize) {
-        // The (d, s) pairs' d first, then their s.
+    unsafe fn fill<F: Legacy>(a: [&[u8]; 4], units: &mut [Chunk32], per_block: usize) {
+        let block = if F::SIGNED { 34 } else { 36 };
+        // Q8_1's (d, s) pairs: the d first, then the s.
         let split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
         for (i, unit) in units.chunks_exact_mut(per_block).enumerate() {
-            let b = a.map(|r| &r[i * BLOCK..(i + 1) * BLOCK]);
-            let ds = |t: usize| i32::from_le_bytes([b[t][0], b[t][1], b[t][2], b[t][3]]);
+            let b = a.map(|r| &r[i * block..(i + 1) * block]);
+            let word = |t: usize| i32::from_le_bytes([b[t][0], b[t][1], b[t][2], b[t][3]]);
             let p = unit.as_mut_ptr() as *mut u8;
             // SAFETY: AVX2, F16C and AVX-512 F are enabled here; the
-            // stores write units 0..10 of this block's 640 bytes, the
-            // loads read each row's block of 36 bytes.
+            // stores write this block's units (`per_block` chunks), the
+            // loads read each row's block (its quants are its last 32
+            // bytes; its first four hold d and s, or d and a quant).
             unsafe {
                 for (t, b) in b.iter().enumerate() {
-                    let q = _mm256_loadu_si256(b.as_ptr().add(4) as *const __m256i);
+                    let mut q = _mm256_loadu_si256(b.as_ptr().add(block - 32) as *const __m256i);
+                    if F::SIGNED {
+                        q = _mm256_xor_si256(q, _mm256_set1_epi8(-128));
+                    }
                     let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
                     for (h, x) in halves.into_iter().enumerate() {
                         let to = p.add((2 * t + h) * 64) as *mut __m512i;
                         _mm512_storeu_si512(to, _mm512_broadcast_i32x4(x));
                     }
                 }
-                let pairs = _mm256_cvtph_ps(_mm_setr_epi32(ds(0), ds(1), ds(2), ds(3)));
-                let v = _mm256_permutevar8x32_ps(pairs, split);
+                // Eight halves: Q8_1's (d, s) pairs, or Q8_0's d and first
+                // two quants.
+                let words = _mm_setr_epi32(word(0), word(1), word(2), word(3));
+                let v = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(words), split);
                 let d = _mm512_broadcast_f32x4(_mm256_castps256_ps128(v));
-                let s = _mm512_broadcast_f32x4(_mm256_extractf128_ps::<1>(v));
                 _mm512_storeu_ps(p.add(8 * 64) as *mut f32, d);
-                _mm512_storeu_ps(p.add(9 * 64) as *mut f32, s);
+                if !F::SIGNED {
+                    let s = _mm512_broadcast_f32x4(_mm256_extractf128_ps::<1>(v));
+                    _mm512_storeu_ps(p.add(9 * 64) as *mut f32, s);
+                }
             }
         }
     }
     // SAFETY: reached only through kernels handed out after `available()`
     // (which implies AVX2, F16C and AVX-512 F).
-    unsafe { fill(a, &mut out[at..at + blocks * per_block], per_block) }
+    unsafe { fill::<F>(a, &mut out[at..at + blocks * per_block], per_block) }
+}
+
+pub(crate) fn prepare_q4_1_across(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare_across::<Q41>(a, out);
+}
+
+pub(crate) fn prepare_q8_0_across(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
+    prepare_across::<Q80>(a, out);
 }
 
 /// One Q8_1 row as token 0 of a Q4_1 group in the rows-across layout,
@@ -162,7 +187,7 @@ pub(crate) fn prepare_q4_1_across(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
 fn prepare_one_q4_1(a: &[u8], out: &mut Vec<Chunk32>) {
     const BLOCK: usize = 36;
     let blocks = a.len() / BLOCK;
-    let per_block = 2 * ACROSS_UNITS;
+    let per_block = 2 * across_units::<Q41>();
     out.resize(blocks * per_block + 1, Chunk32([0; 32]));
     let at = start(out);
     #[target_feature(enable = "avx2,f16c,avx512f")]
@@ -687,7 +712,7 @@ macro_rules! rows4 {
 #[inline(always)]
 unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 20;
-    let (blocks, base) = rows4_bases::<Q41>(rows, pre, ACROSS_UNITS);
+    let (blocks, base) = rows4_bases::<Q41>(rows, pre, across_units::<Q41>());
     // Lane 4r + x takes row r's d (element 2r of the converted (d, m)
     // pairs) or its m (2r + 1).
     let d_at = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
@@ -713,7 +738,7 @@ unsafe fn q4_1_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
     let up = _mm512_set1_epi32(8);
     let second = (_mm512_add_epi32(d_at, up), _mm512_add_epi32(m_at, up));
     // Block i's prepared activations (64-aligned units).
-    let unit = |i: usize| base.wrapping_add(i * ACROSS_UNITS * 64);
+    let unit = |i: usize| base.wrapping_add(i * across_units::<Q41>() * 64);
     let mut i = 0;
     while i + 4 <= blocks {
         // SAFETY: (i + 4) * 20 >= i * 20 + 64, so each 64-byte read lies
@@ -836,7 +861,7 @@ unsafe fn across_finish<const T: usize>(
 #[inline(always)]
 unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
     const WB: usize = 34;
-    let (blocks, base) = rows4_bases::<Q80>(rows, pre, units::<Q80>());
+    let (blocks, base) = rows4_bases::<Q80>(rows, pre, across_units::<Q80>());
     // Lane 4r + x takes row r's d.
     let d_at = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     // Qwords of [row 0 | row 1] (0..8) and [row 2 | row 3] (8..16): each
@@ -868,14 +893,12 @@ unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
             let d16 = |r: usize| (at(r) as *const i16).read_unaligned();
             let d4 = _mm_cvtph_ps(_mm_setr_epi16(d16(0), d16(1), d16(2), d16(3), 0, 0, 0, 0));
             let dw = _mm512_permutexvar_ps(d_at, _mm512_castps128_ps512(d4));
-            let unit = |k: usize| base.add((i * units::<Q80>() + k) * 64);
+            let unit = |k: usize| base.add((i * across_units::<Q80>() + k) * 64);
+            let da = unit(8) as *const f32;
             for (t, acc) in acc.iter_mut().enumerate() {
-                let a = unit(t / 2).add(32 * (t % 2));
-                let da = (unit(2 + t / 2).add(32 * (t % 2)) as *const f32).read();
-                let d = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(da.add(t).read()));
                 for (h, (acc, &(q, st))) in acc.iter_mut().zip(&halves).enumerate() {
-                    let act =
-                        _mm512_broadcast_i32x4(_mm_load_si128(a.add(16 * h) as *const __m128i));
+                    let act = _mm512_loadu_si512(unit(2 * t + h) as *const _);
                     let l = _mm512_dpbusd_epi32(st, act, q);
                     *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l), *acc);
                 }
@@ -890,7 +913,7 @@ unsafe fn q8_0_rows4_across<const T: usize>(rows: [&[u8]; 4], pre: &[Chunk32]) -
 /// 16 bytes in 128-bit lane r) and their (d, m) pairs as f32 in `dm`, at
 /// the lanes `at` names (`at.0`: lane 4r + x takes row r's d, `at.1` its
 /// m), against the block's prepared activations at `act`. The caller has
-/// AVX-512 F/BW/VNNI and `act` holds the block's [`ACROSS_UNITS`] units.
+/// AVX-512 F/BW/VNNI and `act` holds the block's [`across_units`] units.
 #[inline(always)]
 unsafe fn q4_1_across_block<const T: usize>(
     acc: &mut [[__m512; 2]; T],
