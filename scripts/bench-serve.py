@@ -31,11 +31,11 @@ import argparse
 import http.client
 import json
 import os
+import selectors
 import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,75 +63,98 @@ def wait_ready(port, proc, timeout=120):
     sys.exit("server not ready")
 
 
-def stream(port, prompt, n_tokens, seed, out):
-    """One streaming completion; appends (token arrival times) to out.
+class Stream:
+    """One streaming completion's socket and parser: `feed` takes what a
+    read returned and records one arrival time per token.
 
-    The client shares the machine with the server, so it reads the raw
-    socket and counts events by their bytes instead of parsing HTTP chunks
-    and JSON in Python per token: that loop cost about 4% of a two-core
-    machine at four streams (the server's workers lost more than that, each
-    preemption stalling a pass that both workers share).
+    The client shares the machine with the server, so it reads raw sockets
+    and counts events by their bytes instead of parsing HTTP chunks and
+    JSON in Python per token (that loop cost about 4% of a two-core machine
+    at four streams, the server's workers losing more than that: each
+    preemption stalls a pass that both workers share).
     """
-    body = json.dumps({
-        "prompt": prompt, "max_tokens": n_tokens, "stream": True,
-        "ignore_eos": True, "temperature": 0.8, "seed": seed,
-        "cache_prompt": False,
-    }).encode()
-    request = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-               f"Connection: close\r\n\r\n").encode() + body
+
     # A choice still generating: its JSON has this, unspaced (both servers
     # write compact JSON), and generated text cannot hold it (its quotes are
     # escaped). One per token, as the chunks carrying text.
-    marker = b'"finish_reason":null'
-    done = b"data: [DONE]"
-    keep = max(len(marker), len(done)) - 1
-    times = []
-    with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
-        sock.sendall(request)
-        buf = b""
-        head = None
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                break
-            now = time.perf_counter()
-            buf += data
-            if head is None:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    continue
-                head, buf = buf[:end], buf[end + 4:]
-                status = int(head.split()[1])
-                if status != 200:
-                    while data:
-                        data = sock.recv(1 << 16)
-                        buf += data
-                    raise RuntimeError(f"HTTP {status}: {buf!r}")
-            times.extend([now] * buf.count(marker))
-            if done in buf:
-                break
-            # A marker split across reads is counted when its end arrives.
-            buf = buf[-keep:]
-    out.append(times)
+    MARKER = b'"finish_reason":null'
+    DONE = b"data: [DONE]"
+    KEEP = max(len(MARKER), len(DONE)) - 1
+
+    def __init__(self, port, prompt, n_tokens, seed):
+        body = json.dumps({
+            "prompt": prompt, "max_tokens": n_tokens, "stream": True,
+            "ignore_eos": True, "temperature": 0.8, "seed": seed,
+            "cache_prompt": False,
+        }).encode()
+        request = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                   f"Connection: close\r\n\r\n").encode() + body
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=300)
+        self.sock.sendall(request)
+        self.sock.setblocking(False)
+        self.buf = b""
+        self.head = None
+        self.times = []
+        self.finished = False
+
+    def feed(self, data, now):
+        """Takes one read's bytes (empty at the end of the stream)."""
+        if not data:
+            if self.head is not None and self.head.split()[1] != b"200":
+                raise RuntimeError(f"HTTP {self.head.split()[1].decode()}: {self.buf!r}")
+            self.finished = True
+            return
+        self.buf += data
+        if self.head is None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self.head, self.buf = self.buf[:end], self.buf[end + 4:]
+        if self.head.split()[1] != b"200":
+            return  # the error body, read to its end
+        self.times.extend([now] * self.buf.count(self.MARKER))
+        if self.DONE in self.buf:
+            self.finished = True
+            return
+        # A marker split across reads is counted when its end arrives.
+        self.buf = self.buf[-self.KEEP:]
 
 
 def run_level(port, n, n_tokens, rep):
+    """n concurrent streams, read by one thread: a step's chunks for all
+    streams arrive together and are taken in one wake-up (a thread per
+    stream woke, and took a core from the server, once per stream per
+    step)."""
     topics = ["the sea", "a mountain", "bread", "a robot", "the moon",
               "winter", "a river", "music"]
-    results = []
-    threads = [
-        threading.Thread(target=stream, args=(
-            port, f"Write a long story about {topics[i % 8]}.", n_tokens,
-            1000 * rep + i, results))
-        for i in range(n)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if len(results) != n:
-        sys.exit(f"{n - len(results)} of {n} streams failed")
+    streams = [Stream(port, f"Write a long story about {topics[i % 8]}.", n_tokens,
+                      1000 * rep + i) for i in range(n)]
+    sel = selectors.DefaultSelector()
+    for st in streams:
+        sel.register(st.sock, selectors.EVENT_READ, st)
+    try:
+        while sel.get_map():
+            ready = sel.select(timeout=300)
+            if not ready:
+                sys.exit(f"{n} streams: no data for 300 s")
+            for key, _ in ready:
+                st = key.data
+                try:
+                    data = st.sock.recv(1 << 16)
+                except BlockingIOError:
+                    continue
+                st.feed(data, time.perf_counter())
+                if st.finished:
+                    sel.unregister(st.sock)
+                    st.sock.close()
+    finally:
+        sel.close()
+        for st in streams:
+            st.sock.close()
+    results = [st.times for st in streams]
+    if any(len(t) < 2 for t in results):
+        sys.exit(f"a stream of {n} ended with fewer than two tokens")
     # Chunks carrying text: one per token, except text held back (a partial
     # UTF-8 character or stop-string prefix) which arrives with a later one.
     tokens = sum(len(t) for t in results)
