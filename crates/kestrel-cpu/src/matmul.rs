@@ -398,15 +398,20 @@ impl<'a> Band<'a> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at + rows.start), rows.len()) }
     }
 
-    /// Rows `rows` of tokens `t..t + real` (1 to 4), one slice a token;
+    /// Rows `rows` of tokens `t..t + real` (1 to N), one slice a token;
     /// the slices past `real` are empty.
-    fn token_slices4(&mut self, t: usize, real: usize, rows: Range<usize>) -> [&mut [f32]; 4] {
+    fn token_slices<const N: usize>(
+        &mut self,
+        t: usize,
+        real: usize,
+        rows: Range<usize>,
+    ) -> [&mut [f32]; N] {
         assert!(
             self.rows.start <= rows.start && rows.start <= rows.end && rows.end <= self.rows.end,
             "rows {rows:?} outside the band"
         );
         assert!(
-            (1..=4).contains(&real)
+            (1..=N).contains(&real)
                 && (t + real)
                     .checked_mul(self.stride)
                     .is_some_and(|n| n <= self.len),
@@ -419,7 +424,7 @@ impl<'a> Band<'a> {
             }
             // SAFETY: (t + j) * stride + rows.end <= (t + real) * stride <=
             // len (rows.end <= stride as band rows), within the buffer
-            // borrowed for 'a; the four tokens' slices are disjoint (each
+            // borrowed for 'a; the tokens' slices are disjoint (each
             // within its own token's stride), the rows are this band's
             // alone (see the Send impl), and the slices borrow the band
             // mutably, so nothing else writes them meanwhile.
@@ -646,10 +651,29 @@ fn rows_into(w: MatRef<'_>, acts: &[Vec<u8>], seqs: &[Range<usize>], out: &mut B
                 band(
                     &w.data[r0 * rb..(r0 + n) * rb],
                     &prepared[0],
-                    out.token_slices4(t, real, r0..r0 + n),
+                    out.token_slices::<4>(t, real, r0..r0 + n),
                 );
             }
-            for k in (0..quarter).filter(|_| band4.is_none()) {
+            // Two groups of one run (seven or eight sequences: a second
+            // group of two takes the two-token kernel row by row below),
+            // each four weight rows serving both in one call.
+            let band8 = match groups.as_slice() {
+                &[(t, four, 4), (t1, _, real)] if runs.len() == 1 && t1 == t + 4 && real > 2 => {
+                    four.rows4_band2.map(|band| (t, 4 + real, band))
+                }
+                _ => None,
+            }
+            .filter(|_| quarter > 0);
+            if let Some((t, real, band)) = band8 {
+                let n = 4 * quarter;
+                band(
+                    &w.data[r0 * rb..(r0 + n) * rb],
+                    [&prepared[0], &prepared[1]],
+                    out.token_slices::<8>(t, real, r0..r0 + n),
+                );
+            }
+            let banded = band4.is_some() || band8.is_some();
+            for k in (0..quarter).filter(|_| !banded) {
                 let rows = [0, 1, 2, 3].map(|j| r0 + j * quarter + k);
                 for (g, &(t, four, real)) in groups.iter().enumerate() {
                     let kernel = if real <= 2 {
@@ -1005,7 +1029,7 @@ mod tests {
     fn batched_decode_gives_every_sequence_its_one_row_bits() {
         let cols = 576usize;
         let mut rnd = values(13);
-        let x: Vec<f32> = (0..5 * cols).map(|_| rnd()).collect();
+        let x: Vec<f32> = (0..8 * cols).map(|_| rnd()).collect();
         for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
             for rows in [5usize, 8, 37, 64] {
                 let rb = ty.row_bytes(cols as u64).unwrap() as usize;
@@ -1020,7 +1044,7 @@ mod tests {
                     cols,
                     data: &data,
                 };
-                for n_seq in [2usize, 3, 4, 5] {
+                for n_seq in 2usize..=8 {
                     let acts = quantize_rows(ty, &x[..n_seq * cols], cols);
                     let seqs: Vec<Range<usize>> = (0..n_seq).map(|t| t..t + 1).collect();
                     let mut out = vec![f32::NAN; n_seq * rows];

@@ -353,6 +353,9 @@ pub struct Dot4 {
     /// are such builds (batched decode with one group).
     pub rows4_band: Option<VecDot4x4BandFn>,
     pub rows4_two_band: Option<VecDot4x4BandFn>,
+    /// `rows4` over a whole band for two groups at once (six to eight
+    /// sequences decoding), where there is such a build.
+    pub rows4_band2: Option<VecDot4x4Band2Fn>,
 }
 
 /// Four weight rows against four activation rows prepared by the
@@ -369,6 +372,12 @@ pub type VecDot4x4Fn = fn(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4];
 /// the arithmetic: the call, the kernel's setup, the wait on its
 /// reductions, the stores.
 pub type VecDot4x4BandFn = fn(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]);
+
+/// A [`VecDot4x4BandFn`] for two prepared groups: `out[4g + j]` = group
+/// g's token j, each the bits of the four-row kernel's; group 0's four
+/// slices hold the band's 4q results, group 1's as many or none. Each four
+/// weight rows serve both groups while they are in L1.
+pub type VecDot4x4Band2Fn = fn(w: &[u8], pre: [&[Chunk32]; 2], out: [&mut [f32]; 8]);
 
 /// An eight-row kernel on unpacked weight rows, with the row unpacking and
 /// the activation layout it reads (its own: the AVX-512 build lays groups

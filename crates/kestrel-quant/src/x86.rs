@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 use crate::{
     Chunk32, Dot4, DotPath, GgmlType as T, Prepare4Fn, Unpacked8, VecDot2Fn, VecDot4Fn,
-    VecDot4x4BandFn, VecDot4x4Fn, VecDot8Fn, VecDotFn, VecDotRows4Fn,
+    VecDot4x4Band2Fn, VecDot4x4BandFn, VecDot4x4Fn, VecDot8Fn, VecDotFn, VecDotRows4Fn,
 };
 
 pub(crate) mod wide;
@@ -121,6 +121,12 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
             }
             _ => (None, None),
         };
+    let rows4_band2: Option<VecDot4x4Band2Fn> = match (path, ty) {
+        (DotPath::VecDot, T::Q4_1) if wide => Some(wide::band8x4_q4_1),
+        (DotPath::VecDot, T::Q5_0) if wide => Some(wide::band8x4_q5_0),
+        (DotPath::VecDot, T::Q8_0) if wide => Some(wide::band8x4_q8_0),
+        _ => None,
+    };
     let rows4_prepare = match (path, ty) {
         (DotPath::VecDot, T::Q4_1) if wide => wide::prepare_q4_1_across,
         (DotPath::VecDot, T::Q8_0) if wide => wide::prepare_q8_0_across,
@@ -136,6 +142,7 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
         rows4_two,
         rows4_band,
         rows4_two_band,
+        rows4_band2,
     })
 }
 

@@ -1004,6 +1004,54 @@ macro_rules! rows4_band {
     };
 }
 
+/// [`rows4_band!`] for two groups of four tokens (six to eight sequences
+/// decoding): each four weight rows go through the kernel once per group
+/// while they are in L1, all in one call. `out[4g + j]` is group g's token
+/// j (empty for a token not wanted; group 0's four all wanted).
+macro_rules! rows4_band2 {
+    ($name:ident, $body:expr) => {
+        pub(crate) fn $name(w: &[u8], pre: [&[Chunk32]; 2], out: [&mut [f32]; 8]) {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn body(w: &[u8], pre: [&[Chunk32]; 2], mut out: [&mut [f32]; 8]) {
+                let n = out[0].len();
+                let q = n / 4;
+                let rb = w.len().checked_div(n).unwrap_or(0);
+                assert!(
+                    n == 4 * q
+                        && w.len() == rb * n
+                        && out[..4].iter().all(|o| o.len() == n)
+                        && out[4..].iter().all(|o| o.is_empty() || o.len() == n),
+                    "a band of four quarters"
+                );
+                for k in 0..q {
+                    let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
+                    let rows = [row(0), row(1), row(2), row(3)];
+                    for (pre, out) in pre.into_iter().zip(out.chunks_exact_mut(4)) {
+                        // SAFETY: this function has the body's target
+                        // features.
+                        let v: [[f32; 4]; 4] = unsafe { $body(rows, pre) };
+                        for (j, v4) in v.into_iter().enumerate() {
+                            let i = j * q + k;
+                            for (o, x) in out.iter_mut().zip(v4) {
+                                if let Some(o) = o.get_mut(i) {
+                                    *o = x;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // SAFETY: handed out only after `available()` confirmed the
+            // features.
+            unsafe { body(w, pre, out) }
+        }
+    };
+}
+
+rows4_band2!(band8x4_q4_1, q4_1_rows4_across::<4>);
+rows4_band2!(band8x4_q5_0, dotw_rows4::<Q50Bw, 2>);
+rows4_band2!(band8x4_q8_0, q8_0_rows4_across::<4>);
+
 rows4_band!(band4x4_q4_1, q4_1_rows4_across::<4>);
 rows4_band!(band4x4_q5_0, dotw_rows4::<Q50Bw, 2>);
 rows4_band!(band4x4_q8_0, q8_0_rows4_across::<4>);
