@@ -959,6 +959,23 @@ rows4!(rows4x2_q4_1, q4_1_rows4_across::<2>);
 rows4!(rows4x2_q5_0, dotw_rows4::<Q50Bw, 1>);
 rows4!(rows4x2_q8_0, q8_0_rows4_across::<2>);
 
+/// The band kernels' one check: `w` holds 4q weight rows and every output
+/// slice 4q results or none, the first `wanted` all there. Returns q and
+/// the bytes of a row.
+fn band_shape(w: &[u8], out: &[&mut [f32]], wanted: usize) -> (usize, usize) {
+    let n = out[0].len();
+    let q = n / 4;
+    let rb = w.len().checked_div(n).unwrap_or(0);
+    assert!(
+        n == 4 * q
+            && w.len() == rb * n
+            && out[..wanted].iter().all(|o| o.len() == n)
+            && out.iter().all(|o| o.is_empty() || o.len() == n),
+        "a band of four quarters"
+    );
+    (q, rb)
+}
+
 /// A band kernel (`VecDot4x4BandFn`) from a four-row group kernel inlined
 /// into it: the loop over the band's quarters runs inside one call with the
 /// target features, so the setup and the reductions of one four-row call
@@ -971,15 +988,7 @@ macro_rules! rows4_band {
         pub(crate) fn $name(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]) {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn body(w: &[u8], pre: &[Chunk32], out: [&mut [f32]; 4]) {
-                let n = out[0].len();
-                let q = n / 4;
-                let rb = w.len().checked_div(n).unwrap_or(0);
-                assert!(
-                    n == 4 * q
-                        && w.len() == rb * n
-                        && out.iter().all(|o| o.is_empty() || o.len() == n),
-                    "a band of four quarters"
-                );
+                let (q, rb) = band_shape(w, &out, 1);
                 let [o0, o1, o2, o3] = out;
                 for k in 0..q {
                     let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
@@ -1013,16 +1022,7 @@ macro_rules! rows4_band2 {
         pub(crate) fn $name(w: &[u8], pre: [&[Chunk32]; 2], out: [&mut [f32]; 8]) {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn body(w: &[u8], pre: [&[Chunk32]; 2], mut out: [&mut [f32]; 8]) {
-                let n = out[0].len();
-                let q = n / 4;
-                let rb = w.len().checked_div(n).unwrap_or(0);
-                assert!(
-                    n == 4 * q
-                        && w.len() == rb * n
-                        && out[..4].iter().all(|o| o.len() == n)
-                        && out[4..].iter().all(|o| o.is_empty() || o.len() == n),
-                    "a band of four quarters"
-                );
+                let (q, rb) = band_shape(w, &out, 4);
                 for k in 0..q {
                     let row = |j: usize| &w[(j * q + k) * rb..(j * q + k + 1) * rb];
                     let rows = [row(0), row(1), row(2), row(3)];
