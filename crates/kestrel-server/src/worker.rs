@@ -326,6 +326,11 @@ fn serve_jobs<'e>(
             Ok(finished) => {
                 m.decodes.fetch_add(1, Ordering::Relaxed);
                 m.busy_slot_decodes.fetch_add(busy, Ordering::Relaxed);
+                // The finished sequences' slots read idle before their
+                // answers go out: a client that asks `/slots` or `/metrics`
+                // on receiving its answer sees it done, as llama-server
+                // shows it.
+                publish(shared, &batch);
                 for (id, result) in finished {
                     let Some(tx) = running.remove(&id) else {
                         continue;
@@ -360,9 +365,9 @@ fn serve_jobs<'e>(
                         return;
                     }
                 }
+                publish(shared, &batch);
             }
         }
-        publish(shared, &batch);
     }
 }
 
