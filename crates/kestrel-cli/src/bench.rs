@@ -30,13 +30,12 @@ use kestrel_engine::{Engine, Logits};
 use kestrel_gguf::GgufFile;
 use kestrel_sampling::XorShift;
 
+use crate::MAX_THREADS;
+
 use report::{
     decode_weight_bytes, model_desc, test_name, ModelInfo, Paired, PairedRound, Report, TestResult,
 };
 
-/// Largest thread count accepted: far above any machine this runs on, low
-/// enough that a typo cannot exhaust the process's threads.
-const MAX_THREADS: usize = 1024;
 /// Largest bandwidth buffer accepted, in MiB.
 const MAX_BW_MIB: u64 = 64 * 1024;
 /// Runs of the bandwidth probe; the fastest is reported.

@@ -57,17 +57,18 @@ struct ServeArgs {
     host: String,
     #[arg(long = "port", default_value_t = 8080)]
     port: u16,
-    /// Context size in tokens, shared by the slots (default: each slot gets
-    /// min(4096, the model's training context)).
+    /// Context size in tokens, shared by the slots; 0 = the model's training
+    /// context, as llama-server's (default: each slot gets min(4096, the
+    /// model's training context)).
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<usize>,
     /// Slots (`-np`): requests decoded together in one batch, each with its
     /// share of the context; more requests wait in the queue.
     #[arg(long = "parallel", default_value_t = 4)]
     parallel: usize,
-    /// Worker threads (default: available cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
+    /// Worker threads (default, or 0 or less, as llama.cpp: every core).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
     /// Require this key (`Authorization: Bearer KEY`) on every endpoint but
     /// /health and /v1/models.
     #[arg(long = "api-key")]
@@ -133,8 +134,8 @@ struct RunArgs {
     /// Temperature; 0 or less selects greedily.
     #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     temp: f32,
-    /// Keep the K most likely tokens (0 = off).
-    #[arg(long = "top-k", default_value_t = 40)]
+    /// Keep the K most likely tokens (0 or less = off).
+    #[arg(long = "top-k", default_value_t = 40, allow_negative_numbers = true)]
     top_k: i32,
     /// Keep the smallest set whose probability reaches P (1.0 = off).
     #[arg(long = "top-p", default_value_t = 0.95)]
@@ -142,13 +143,14 @@ struct RunArgs {
     /// Drop tokens below P times the most likely one's probability (0.0 = off).
     #[arg(long = "min-p", default_value_t = 0.05)]
     min_p: f32,
-    /// RNG seed (default: random, reported on stderr).
-    #[arg(short = 's', long = "seed")]
-    seed: Option<u64>,
-    /// Worker threads (default: available cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
-    /// Context size in tokens (default: min(4096, the model's training context)).
+    /// RNG seed (default, or -1 as llama.cpp's: random, reported on stderr).
+    #[arg(short = 's', long = "seed", allow_negative_numbers = true, value_parser = parse_seed)]
+    seed: Option<Seed>,
+    /// Worker threads (default, or 0 or less, as llama.cpp: every core).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
+    /// Context size in tokens; 0 = the model's training context, as
+    /// llama.cpp's (default: min(4096, the model's training context)).
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<usize>,
     /// Use the prompt as is, without the chat template.
@@ -360,6 +362,37 @@ pub(crate) fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
+/// Largest thread count accepted: far above any machine this runs on, low
+/// enough that a typo cannot exhaust the process's threads (a pool of
+/// 100000 took minutes to start).
+pub(crate) const MAX_THREADS: usize = 1024;
+
+/// `-t` as llama.cpp's common flags read it: absent, 0 or negative for
+/// every available core.
+pub(crate) fn threads_arg(t: Option<i64>) -> Result<usize> {
+    match t {
+        None => Ok(default_threads()),
+        Some(t) if t <= 0 => Ok(default_threads()),
+        Some(t) if t as u64 <= MAX_THREADS as u64 => Ok(t as usize),
+        Some(t) => {
+            bail!("--threads must be at most {MAX_THREADS} (0 or less: every core), got {t}")
+        }
+    }
+}
+
+/// A `--seed` value: a seed, or none for -1 (llama.cpp's "random").
+#[derive(Clone, Copy, Debug)]
+struct Seed(Option<u64>);
+
+fn parse_seed(s: &str) -> Result<Seed, String> {
+    if s.trim() == "-1" {
+        return Ok(Seed(None));
+    }
+    s.trim().parse::<u64>().map(|v| Seed(Some(v))).map_err(|_| {
+        format!("{s:?} is not a seed: give 0..=18446744073709551615, or -1 for a random one")
+    })
+}
+
 fn devices() -> Result<()> {
     let all = kestrel_gpu::adapters();
     if all.is_empty() {
@@ -372,10 +405,7 @@ fn devices() -> Result<()> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
-    let threads = a.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = threads_arg(a.threads)?;
     if a.parallel == 0 || a.parallel > 256 {
         bail!("--parallel must be in 1..=256, got {}", a.parallel);
     }
@@ -387,9 +417,10 @@ fn serve(a: ServeArgs) -> Result<()> {
     if !(1..=86_400).contains(&a.timeout) {
         bail!("--timeout must be in 1..=86400 seconds, got {}", a.timeout);
     }
-    if let Some(c) = a.ctx_size {
-        if c == 0 || c > 1 << 20 {
-            bail!("--ctx-size must be in 1..=1048576, got {c}");
+    // (0: the model's training context, checked once it is read.)
+    if let Some(c) = a.ctx_size.filter(|&c| c > 0) {
+        if c > 1 << 20 {
+            bail!("--ctx-size must be in 0..=1048576, got {c}");
         }
         if c / a.parallel < 2 {
             bail!(
@@ -430,10 +461,7 @@ fn run(a: RunArgs) -> Result<()> {
             .with_context(|| format!("reading prompt file {}", f.display()))?,
         (None, None) => bail!("no prompt: pass -p TEXT or -f FILE"),
     };
-    let threads = a.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = threads_arg(a.threads)?;
     if !(a.top_p.is_finite() && (0.0..=1.0).contains(&a.top_p)) {
         bail!("--top-p must be in [0, 1], got {}", a.top_p);
     }
@@ -476,9 +504,13 @@ fn run(a: RunArgs) -> Result<()> {
         bail!("--logit-bias {text}: token id {id} is outside the vocabulary of {n_vocab} tokens");
     }
     let hp = &engine.model.spec.hparams;
-    let n_ctx = a.ctx_size.unwrap_or(4096.min(hp.n_ctx_train.max(1)));
-    if n_ctx == 0 || n_ctx > 1 << 20 {
-        bail!("--ctx-size must be in 1..=1048576, got {n_ctx}");
+    let n_ctx = match a.ctx_size {
+        None => 4096.min(hp.n_ctx_train.max(1)),
+        Some(0) => hp.n_ctx_train.max(1),
+        Some(c) => c,
+    };
+    if n_ctx > 1 << 20 {
+        bail!("--ctx-size must be in 0..=1048576, got {n_ctx}");
     }
     let text = if a.raw {
         prompt
@@ -492,7 +524,7 @@ fn run(a: RunArgs) -> Result<()> {
         }])?
     };
     let tokens = engine.tokenize_prompt(&text);
-    let seed = match a.seed {
+    let seed = match a.seed.and_then(|s| s.0) {
         Some(s) => s,
         None => {
             let s = kestrel_sampling::random_seed();

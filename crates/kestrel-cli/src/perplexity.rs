@@ -35,9 +35,9 @@ pub struct PerplexityArgs {
     /// default batch of 2048 clamped to the context).
     #[arg(short = 'b', long = "batch-size")]
     batch_size: Option<usize>,
-    /// Worker threads (default: available cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
+    /// Worker threads (default, or 0 or less, as llama.cpp: every core).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
     /// Sliding-window layers (Gemma 3) attend over a full-size cache, as
     /// llama.cpp's `--swa-full`; by default as its default window cache, a
     /// ring whose visiting order differs in the last bits past its size.
@@ -54,10 +54,7 @@ pub struct PerplexityArgs {
 }
 
 pub fn perplexity(a: PerplexityArgs) -> Result<()> {
-    let threads = a.threads.unwrap_or_else(crate::default_threads);
-    if threads == 0 || threads > 1024 {
-        bail!("-t {threads}: threads must be in 1..=1024");
-    }
+    let threads = crate::threads_arg(a.threads)?;
     let n_ctx = a.ctx_size;
     if !(4..=1 << 20).contains(&n_ctx) {
         bail!("--ctx-size must be in 4..=1048576, got {n_ctx}");

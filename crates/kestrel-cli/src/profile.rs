@@ -27,9 +27,9 @@ pub struct ProfileArgs {
     /// Decode steps averaged for the per-step figures.
     #[arg(short = 'n', long = "n-gen", default_value_t = 16)]
     n_gen: usize,
-    /// Worker threads (default: available cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
+    /// Worker threads (default, or 0 or less, as llama.cpp: every core).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
     #[command(flatten)]
     weights: crate::WeightArgs,
     /// Where to profile: cpu, gpu, or auto (a hardware GPU if any).
@@ -44,10 +44,7 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     if a.n_prompt == 0 || a.n_gen == 0 {
         bail!("-p and -n must be at least 1");
     }
-    let threads = a.threads.unwrap_or_else(crate::default_threads);
-    if threads == 0 || threads > 1024 {
-        bail!("-t {threads}: threads must be in 1..=1024");
-    }
+    let threads = crate::threads_arg(a.threads)?;
     let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     let model = &engine.model;
     let n_ctx = a.n_prompt + a.n_gen + 1;

@@ -163,7 +163,7 @@ fn bad_flags_are_errors() {
         (&["-f", TEXT, "-c", "2"][..], "--ctx-size"),
         (&["-f", TEXT, "-b", "0"], "--batch-size"),
         (&["-f", TEXT, "--chunks", "0"], "--chunks"),
-        (&["-f", TEXT, "-t", "0"], "threads"),
+        (&["-f", TEXT, "-t", "5000"], "--threads"),
         (&["-f", "/no/such/file.txt"], "/no/such/file.txt"),
         (&["-f", TEXT], "no-such-model.gguf"),
     ] {

@@ -2219,3 +2219,27 @@ fn serve_survives_randomly_mutated_requests() {
     );
     assert_eq!(plain(port), before, "the same answer after the barrage");
 }
+
+/// `-c 0` is the model's training context shared by the slots, as
+/// llama-server reads it (SmolLM2: 8192 tokens, two slots of 4096; without
+/// `-c` each slot gets min(4096, that)).
+#[test]
+fn serve_ctx_size_zero_is_the_training_context() {
+    let s = start_ctx("0", &["-np", "2"]);
+    let slots = request(s.port, "GET", "/slots", "").json();
+    let n_ctx: Vec<&Value> = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["n_ctx"])
+        .collect();
+    assert_eq!(n_ctx, [&json!(4096), &json!(4096)], "{slots}");
+    let long = "hello ".repeat(5000);
+    let r = post(
+        s.port,
+        "/completion",
+        &json!({"prompt": long, "n_predict": 1}),
+    );
+    assert_error(&r, 400, "a prompt past a slot's share");
+    assert!(r.text().contains("4096"), "{}", r.text());
+}

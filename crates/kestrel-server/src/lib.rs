@@ -39,7 +39,8 @@ pub struct ServeConfig {
     pub model: PathBuf,
     pub host: String,
     pub port: u16,
-    /// Context size; `None` = min(4096, the model's training context).
+    /// Context size shared by the slots; `Some(0)` = the model's training
+    /// context, `None` = min(4096, the model's training context) a slot.
     pub n_ctx: Option<usize>,
     /// Slots: sequences decoded together, each with its share of the context.
     pub parallel: usize,

@@ -169,9 +169,18 @@ pub fn run(
     let train = engine.model.spec.hparams.n_ctx_train.max(1);
     let slots = cfg.parallel.max(1);
     let swa_full = cfg.swa_full;
-    // `-c` is shared by the slots, as llama-server's; without it each slot
-    // gets what one request got before batching: min(4096, training context).
+    // `-c` is shared by the slots, as llama-server's (0: the training
+    // context); without it each slot gets what one request got before
+    // batching: min(4096, training context).
     let (n_ctx, n_ctx_total) = match cfg.n_ctx {
+        Some(0) if train > 1 << 20 || train / slots < 2 => {
+            let e = format!(
+                "--ctx-size 0: the model's training context of {train} tokens does not fit \
+                 (at most 1048576, at least 2 a slot for {slots} slots)"
+            );
+            return load_failed(&shared, loaded, e);
+        }
+        Some(0) => (train / slots, train),
         Some(c) => (c / slots, c),
         None => (4096.min(train), 4096.min(train) * slots),
     };
