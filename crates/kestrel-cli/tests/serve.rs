@@ -595,6 +595,12 @@ fn serve_endpoints() {
         c["text"].as_str().map(str::to_owned)
     });
     assert_eq!(streamed, text_sampled);
+    // top_k below 0 is off as 0 is (vLLM's clients send -1); reported as 0.
+    let mut neg = sampled.clone();
+    neg["top_k"] = json!(-1);
+    let r = post(port, "/completion", &neg);
+    assert_eq!(r.json()["content"], text_sampled.as_str(), "{}", r.text());
+    assert_eq!(r.json()["generation_settings"]["top_k"], 0);
 
     // Token-id prompts give the same answer as the text they encode.
     let r = post(

@@ -324,7 +324,10 @@ pub fn gen_request(
     let n_vocab = engine.model.spec.hparams.n_vocab;
     let mut sampler = SamplerParams {
         temperature: get_f32(o, "temperature", 0.0, 100.0)?.unwrap_or(d.temperature),
-        top_k: get_int(o, "top_k", 0, i64::from(i32::MAX))?.map_or(d.top_k, |k| k as i32),
+        // 0 or less is off, as llama-server reads it (it clamps to 0) and
+        // as vLLM's clients send it (-1).
+        top_k: get_int(o, "top_k", i64::from(i32::MIN), i64::from(i32::MAX))?
+            .map_or(d.top_k, |k| k.max(0) as i32),
         top_p: get_f32(o, "top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
         min_p: get_f32(o, "min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
         seed,
