@@ -1882,15 +1882,12 @@ fn serve_infill_lays_out_fim_prompts_as_llama_server() {
     );
 }
 
-/// A seeded xorshift source for the mutated-request test.
-struct Rng(u64);
+/// The mutated-request test's seeded draws (the sampler's own xorshift).
+struct Rng(kestrel_sampling::XorShift);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        (u64::from(self.0.next_u32()) << 32) | u64::from(self.0.next_u32())
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
@@ -2135,7 +2132,7 @@ fn mutation_bases() -> Vec<(&'static str, Value)> {
 /// each status.
 fn mutated_series(port: u16, seed: u64, n: usize, alone: bool) -> BTreeMap<u16, usize> {
     let bases = mutation_bases();
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng(kestrel_sampling::XorShift::new(seed));
     let mut statuses = BTreeMap::new();
     for i in 0..n {
         let (path, base) = &bases[i % bases.len()];
