@@ -504,14 +504,16 @@ fn run(a: RunArgs) -> Result<()> {
         bail!("--logit-bias {text}: token id {id} is outside the vocabulary of {n_vocab} tokens");
     }
     let hp = &engine.model.spec.hparams;
+    let train = hp.n_ctx_train.max(1);
     let n_ctx = match a.ctx_size {
-        None => 4096.min(hp.n_ctx_train.max(1)),
-        Some(0) => hp.n_ctx_train.max(1),
+        None => 4096.min(train),
+        Some(0) if train > 1 << 20 => {
+            bail!("--ctx-size 0: the model's training context of {train} tokens is past 1048576")
+        }
+        Some(0) => train,
+        Some(c) if c > 1 << 20 => bail!("--ctx-size must be in 0..=1048576, got {c}"),
         Some(c) => c,
     };
-    if n_ctx > 1 << 20 {
-        bail!("--ctx-size must be in 0..=1048576, got {n_ctx}");
-    }
     let text = if a.raw {
         prompt
     } else {
