@@ -3,7 +3,8 @@
 //! 128-token prompt batch through Qwen2.5-0.5B-shaped Q5_0/Q4_1 matrices.
 //! usage: cargo run --release -p kestrel-cpu --example mmbench -- [THREADS] [prefill]
 //! (decode: ROWS sets the matrix's rows, 65536 by default, so that it
-//! comes from DRAM; a few thousand fit in L2; REPS the repetitions)
+//! comes from DRAM; a few thousand fit in L2; COLS its columns, 576; REPS
+//! the repetitions)
 //! (prefill: ROWS and COLS set one shape instead, NTOK the batch, REPS the
 //! repetitions, TYPES the formats)
 
@@ -30,7 +31,10 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(65536usize);
-        let cols = 576usize;
+        let cols = std::env::var("COLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(576usize);
         let row: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();

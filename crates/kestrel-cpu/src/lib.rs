@@ -811,6 +811,8 @@ impl CpuModel {
                     );
                 }
             }
+            prof.tock(t0, "kv store", 0);
+            let t0 = prof.tick();
             let items: Vec<attention::AttnItem<'_>> = seqs
                 .iter()
                 .zip(&spans)

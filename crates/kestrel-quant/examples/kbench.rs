@@ -2,7 +2,7 @@
 //! (one thread), and of the four-row prefill kernels on L1-resident data in
 //! multiply-adds per second: `cargo run --release -p kestrel-quant --example kbench`.
 //! (FOUR_ONLY=1: the four-token rates alone; COLS: their legacy formats'
-//! row length, 896 by default.)
+//! row length, 896 by default; TYPES=q4_1,q8_0: those formats alone.)
 use kestrel_quant::{
     dot2_kernel, dot4_kernel, dot_band_kernel, dot_kernel, dot_rows4_kernel, quantize_activations,
     quantize_row, DotPath, GgmlType,
@@ -121,6 +121,13 @@ fn prefill_rates() {
         (GgmlType::Q4_K, DotPath::RepackGemm),
         (GgmlType::Q6_K, DotPath::Tiled),
     ] {
+        let wanted = std::env::var("TYPES").ok();
+        if wanted.is_some_and(|w| {
+            !w.split(',')
+                .any(|t| t.eq_ignore_ascii_case(&ty.to_string()))
+        }) {
+            continue;
+        }
         let Some(f) = dot4_kernel(path, ty) else {
             continue;
         };
