@@ -27,14 +27,8 @@ fn main() {
         return;
     }
     for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
-        let rows = std::env::var("ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(65536usize);
-        let cols = std::env::var("COLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(576usize);
+        let rows = env_usize("ROWS").unwrap_or(65536);
+        let cols = env_usize("COLS").unwrap_or(576);
         let row: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();
@@ -51,10 +45,7 @@ fn main() {
                 .collect();
             let mut out = vec![0f32; n_tok * rows];
             matmul(w, &x, n_tok, &mut out, &pool);
-            let reps = std::env::var("REPS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(10);
+            let reps = env_usize("REPS").unwrap_or(10);
             let t0 = Instant::now();
             for _ in 0..reps {
                 matmul(w, &x, n_tok, &mut out, &pool);
@@ -72,7 +63,7 @@ fn main() {
 
 /// A prompt batch: every weight row meets 128 distinct activation rows.
 fn prefill(pool: &rayon::ThreadPool) {
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let env = env_usize;
     let n_tok = env("NTOK").unwrap_or(128);
     let shapes = match (env("ROWS"), env("COLS")) {
         (Some(r), Some(c)) => vec![(r, c)],
@@ -142,4 +133,9 @@ fn quantized(
         quantize_row(ty, &row(r), &mut data[r * rb..(r + 1) * rb]);
     }
     data
+}
+
+/// A whole-number setting from the environment, if set and valid.
+fn env_usize(key: &str) -> Option<usize> {
+    std::env::var(key).ok().and_then(|v| v.parse().ok())
 }

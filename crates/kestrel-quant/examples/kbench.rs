@@ -114,6 +114,8 @@ fn main() {
 /// Four activation rows against 16 weight rows of 896 (or 1024) columns,
 /// repeated: the prefill kernels' arithmetic rate with every byte in L1.
 fn prefill_rates() {
+    // TYPES: these formats alone.
+    let wanted = std::env::var("TYPES").ok();
     for (ty, path) in [
         (GgmlType::Q8_0, DotPath::VecDot),
         (GgmlType::Q5_0, DotPath::VecDot),
@@ -121,8 +123,7 @@ fn prefill_rates() {
         (GgmlType::Q4_K, DotPath::RepackGemm),
         (GgmlType::Q6_K, DotPath::Tiled),
     ] {
-        let wanted = std::env::var("TYPES").ok();
-        if wanted.is_some_and(|w| {
+        if wanted.as_deref().is_some_and(|w| {
             !w.split(',')
                 .any(|t| t.eq_ignore_ascii_case(&ty.to_string()))
         }) {
