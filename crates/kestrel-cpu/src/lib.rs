@@ -4,6 +4,7 @@
 
 pub mod attention;
 mod fork;
+mod kvstore;
 pub mod matmul;
 pub mod ops;
 mod profile;
@@ -87,10 +88,10 @@ pub struct CpuModel {
     profiler: Profiler,
 }
 
-/// Keys and values of every layer, stored as f16 like llama.cpp's default cache.
+/// Keys and values of every layer, stored as f16 like llama.cpp's default
+/// cache (in one buffer of huge pages: see `kvstore`).
 pub struct KvCache {
-    k: Vec<Vec<u16>>,
-    v: Vec<Vec<u16>>,
+    store: kvstore::KvStore,
     n_ctx: usize,
     k_width: usize,
     v_width: usize,
@@ -125,12 +126,8 @@ impl KvCache {
             return;
         }
         self.swa_ring = 0;
-        for (l, &swa) in self.swa_layers.iter().enumerate() {
-            if swa {
-                self.k[l] = vec![0u16; self.n_ctx * self.k_width];
-                self.v[l] = vec![0u16; self.n_ctx * self.v_width];
-            }
-        }
+        let rows = vec![self.n_ctx; self.swa_layers.len()];
+        self.store = kvstore::KvStore::new(&rows, self.k_width, self.v_width);
     }
 
     /// The window ring's size (0: none); a reused prefix must keep the
@@ -377,13 +374,9 @@ impl CpuModel {
                 n_ctx
             }
         };
+        let rows: Vec<usize> = (0..hp.n_layer).map(rows).collect();
         KvCache {
-            k: (0..hp.n_layer)
-                .map(|l| vec![0u16; rows(l) * k_width])
-                .collect(),
-            v: (0..hp.n_layer)
-                .map(|l| vec![0u16; rows(l) * v_width])
-                .collect(),
+            store: kvstore::KvStore::new(&rows, k_width, v_width),
             n_ctx,
             k_width,
             v_width,
@@ -796,8 +789,7 @@ impl CpuModel {
                 // Position p's row: p, or p mod the ring in a window layer.
                 let ring = if swa { cache.swa_ring } else { 0 };
                 let (kw, vw) = (cache.k_width, cache.v_width);
-                let kc = &mut cache.k[il];
-                let vc = &mut cache.v[il];
+                let (kc, vc) = cache.store.kv_mut(il);
                 for (j, t) in span.clone().enumerate() {
                     let p = s.pos0 + j;
                     let r = if ring > 0 { p % ring } else { p };
@@ -818,8 +810,8 @@ impl CpuModel {
                 .zip(&spans)
                 .map(|(s, span)| attention::AttnItem {
                     q: &q[span.start * q_dim..span.end * q_dim],
-                    kc: &s.cache.k[il],
-                    vc: &s.cache.v[il],
+                    kc: s.cache.store.k(il),
+                    vc: s.cache.store.v(il),
                     pos0: s.pos0,
                     n_tok: span.len(),
                     // llama.cpp rounds its context up to 256 cells; a
