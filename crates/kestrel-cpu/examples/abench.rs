@@ -1,9 +1,12 @@
 //! Decode attention alone: `attend_batch` for K sequences of one query
 //! token each at context CTX (SmolLM2's heads: 9 query, 3 KV, 64 wide),
 //! over LAYERS separate caches taken in turn (1: cache-resident; 30: a
-//! step's worth, from memory), on THREADS threads (2).
+//! step's worth, from memory), on THREADS threads (2), each cache stored
+//! head-major as the model stores it (POSITION_MAJOR=1: a position's heads
+//! side by side instead; abench, CTX=150 K=4 LAYERS=30 FLUSH=2700, three
+//! alternated runs: 51-60 us a call position-major, 40-41 head-major).
 //! usage: CTX=126 K=4 LAYERS=30 THREADS=2 REPS=3000 cargo run --release -p kestrel-cpu --example abench
-use kestrel_cpu::attention::{attend_batch, AttnItem, AttnShape};
+use kestrel_cpu::attention::{attend_batch, AttnItem, AttnShape, KvLayout};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -78,6 +81,11 @@ fn main() {
                     q: &q,
                     kc,
                     vc,
+                    lay: if env("POSITION_MAJOR", 0) == 1 {
+                        KvLayout::position_major(&s)
+                    } else {
+                        KvLayout::head_major(&s, ctx_len)
+                    },
                     pos0: ctx_len - 1,
                     n_tok: 1,
                     kv_cells: env("CELLS", 0),

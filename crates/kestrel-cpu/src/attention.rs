@@ -35,6 +35,39 @@ pub struct AttnShape {
     pub window: usize,
 }
 
+/// Where a cache slice holds row j of KV head h: keys at `j * k_row + h *
+/// k_head`, values at `j * v_row + h * v_head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    pub k_row: usize,
+    pub k_head: usize,
+    pub v_row: usize,
+    pub v_head: usize,
+}
+
+impl KvLayout {
+    /// A position's heads side by side, as llama.cpp's cache rows hold them.
+    pub fn position_major(s: &AttnShape) -> KvLayout {
+        KvLayout {
+            k_row: s.n_head_kv * s.head_dim_k,
+            k_head: s.head_dim_k,
+            v_row: s.n_head_kv * s.head_dim_v,
+            v_head: s.head_dim_v,
+        }
+    }
+
+    /// Each KV head's `rows` rows together: a task reads one head's keys
+    /// and values as two unbroken streams.
+    pub fn head_major(s: &AttnShape, rows: usize) -> KvLayout {
+        KvLayout {
+            k_row: s.head_dim_k,
+            k_head: rows * s.head_dim_k,
+            v_row: s.head_dim_v,
+            v_head: rows * s.head_dim_v,
+        }
+    }
+}
+
 /// q: n_tok rows of n_head*head_dim_k at positions pos0..; k/v cache rows hold
 /// n_head_kv heads per position. Returns n_tok rows of n_head*head_dim_v.
 /// Query rows (or, for one token, heads) are spread over the pool's workers.
@@ -48,8 +81,9 @@ pub fn attend(
     pool: &ThreadPool,
 ) -> Vec<f32> {
     let dv = s.head_dim_v;
+    let lay = KvLayout::position_major(s);
     if n_tok >= TILED_MIN_QUERIES {
-        return attend_tiled(s, q, kc, vc, pos0, n_tok, 0, pool);
+        return attend_tiled(s, q, kc, vc, lay, pos0, n_tok, 0, pool);
     }
     let mut out = vec![0f32; n_tok * s.n_head * dv];
     let work = n_tok * s.n_head * (pos0 + n_tok) * (s.head_dim_k + dv);
@@ -60,6 +94,7 @@ pub fn attend(
             q,
             kc,
             vc,
+            lay,
             t,
             keys: Runs::one(causal_keys(s, pos0 + t)),
         };
@@ -92,6 +127,8 @@ pub struct AttnItem<'a> {
     pub q: &'a [f32],
     pub kc: &'a [u16],
     pub vc: &'a [u16],
+    /// Where `kc` and `vc` hold each row of each KV head.
+    pub lay: KvLayout,
     pub pos0: usize,
     pub n_tok: usize,
     /// The cells llama.cpp's cache would have for this sequence (its
@@ -282,7 +319,9 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
         .iter()
         .map(|it| {
             if it.n_tok >= TILED_MIN_QUERIES {
-                attend_tiled(s, it.q, it.kc, it.vc, it.pos0, it.n_tok, it.ring, pool)
+                attend_tiled(
+                    s, it.q, it.kc, it.vc, it.lay, it.pos0, it.n_tok, it.ring, pool,
+                )
             } else {
                 vec![0f32; it.n_tok * s.n_head * dv]
             }
@@ -409,6 +448,7 @@ pub fn attend_batch(s: &AttnShape, items: &[AttnItem<'_>], pool: &ThreadPool) ->
             q: it.q,
             kc: it.kc,
             vc: it.vc,
+            lay: it.lay,
             t: task.t,
             keys: task.keys,
         };
@@ -491,6 +531,7 @@ struct Query<'a> {
     q: &'a [f32],
     kc: &'a [u16],
     vc: &'a [u16],
+    lay: KvLayout,
     t: usize,
     keys: Runs,
 }
@@ -614,9 +655,10 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         return;
     }
     let q_w = s.n_head * dk;
-    let k_w = s.n_head_kv * dk;
-    let v_w = s.n_head_kv * dv;
+    let (k_w, v_w) = (x.lay.k_row, x.lay.v_row);
     let kvh = h0 / (s.n_head / s.n_head_kv);
+    // Where this KV head's row 0 starts.
+    let (k0, v0) = (kvh * x.lay.k_head, kvh * x.lay.v_head);
     assert_eq!(
         (h0 + H - 1) / (s.n_head / s.n_head_kv),
         kvh,
@@ -627,7 +669,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // asked for here, before the query's conversion, so a short context
     // does not start on a miss.
     for j in x.keys.iter().take(KV_PREFETCH) {
-        prefetch_row(kc, j * k_w + kvh * dk, dk);
+        prefetch_row(kc, j * k_w + k0, dk);
     }
     let sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
     let mut q16 = reuse(sc.q16, H * dk, 0u16);
@@ -647,13 +689,13 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         let done = if WIDE && dk.is_multiple_of(32) {
             // SAFETY: the caller has AVX-512 F/BW/VL; dots16 checks that
             // the run's key rows are in the cache.
-            unsafe { dots16_avx512::<H>(kc, k_w, kvh * dk, run.clone(), &q16, dk, &mut dots, base) }
+            unsafe { dots16_avx512::<H>(kc, k_w, k0, run.clone(), &q16, dk, &mut dots, base) }
         } else {
             0
         };
         for (i, j) in run.enumerate().skip(done) {
-            let key = &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-            prefetch_row(kc, (j + KV_PREFETCH) * k_w + kvh * dk, dk);
+            let key = &kc[j * k_w + k0..j * k_w + k0 + dk];
+            prefetch_row(kc, (j + KV_PREFETCH) * k_w + k0, dk);
             for (hh, qh) in q16.chunks_exact(dk).enumerate() {
                 dots[hh * nk + base + i] = if !dk.is_multiple_of(32) {
                     f16_dot(key, qh)
@@ -674,7 +716,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
     // sum. A libm call per key in one loop cost a quarter of the attention.
     // Likewise the first value rows, which arrive during the softmax.
     for j in x.keys.iter().take(KV_PREFETCH) {
-        prefetch_row(vc, j * v_w + kvh * dv, dv);
+        prefetch_row(vc, j * v_w + v0, dv);
     }
     let mut steps = reuse(sc.steps, H * nk, (0f32, 0f32));
     let mut inv = [0f32; H];
@@ -752,7 +794,7 @@ unsafe fn run_x86<const WIDE: bool, const H: usize>(
         }
     }
     for b in 0..dv / 64 {
-        let col = kvh * dv + 64 * b;
+        let col = v0 + 64 * b;
         use std::arch::x86_64::{__m256, __m512};
         if WIDE {
             // SAFETY: the caller has AVX-512 F/BW/VL.
@@ -1408,12 +1450,11 @@ fn head(x: &Query<'_>, h: usize, dst: &mut [f32], partial: bool) -> (f32, f32) {
     let (s, q, kc, vc, t) = (x.s, x.q, x.kc, x.vc, x.t);
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
-    let k_w = s.n_head_kv * dk;
-    let v_w = s.n_head_kv * dv;
+    let lay = x.lay;
     let kvh = h / (s.n_head / s.n_head_kv);
     let qh = &q[t * q_w + h * dk..t * q_w + (h + 1) * dk];
-    let key = |j: usize| &kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk];
-    let value = |j: usize| &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv];
+    let key = |j: usize| &kc[j * lay.k_row + kvh * lay.k_head..][..dk];
+    let value = |j: usize| &vc[j * lay.v_row + kvh * lay.v_head..][..dv];
     let mut m = f32::NEG_INFINITY;
     let mut sum = 0f32;
     let mut q16 = vec![0u16; dk];
@@ -1457,6 +1498,7 @@ fn attend_tiled(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
+    lay: KvLayout,
     pos0: usize,
     n_tok: usize,
     ring: usize,
@@ -1472,14 +1514,14 @@ fn attend_tiled(
         if kestrel_quant::avx512_in_use() {
             // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL
             // (checked just above).
-            return unsafe { tile_avx512(s, q, kc, vc, pos0, ring, h, t0, t1) };
+            return unsafe { tile_avx512(s, q, kc, vc, lay, pos0, ring, h, t0, t1) };
         }
         #[cfg(target_arch = "x86_64")]
         if kestrel_quant::avx2_in_use() {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { tile_avx2(s, q, kc, vc, pos0, ring, h, t0, t1) };
+            return unsafe { tile_avx2(s, q, kc, vc, lay, pos0, ring, h, t0, t1) };
         }
-        tile::<2>(s, q, kc, vc, pos0, ring, h, t0, t1)
+        tile::<2>(s, q, kc, vc, lay, pos0, ring, h, t0, t1)
     };
     let parts: Vec<Vec<f32>> =
         pool.install(|| (0..s.n_head * n_qt).into_par_iter().map(task).collect());
@@ -1507,13 +1549,14 @@ macro_rules! tile_build {
             q: &[f32],
             kc: &[u16],
             vc: &[u16],
+            lay: KvLayout,
             pos0: usize,
             ring: usize,
             h: usize,
             t0: usize,
             t1: usize,
         ) -> Vec<f32> {
-            tile::<$rows>(s, q, kc, vc, pos0, ring, h, t0, t1)
+            tile::<$rows>(s, q, kc, vc, lay, pos0, ring, h, t0, t1)
         }
     };
 }
@@ -1549,6 +1592,7 @@ fn tile<const ROWS: usize>(
     q: &[f32],
     kc: &[u16],
     vc: &[u16],
+    lay: KvLayout,
     pos0: usize,
     ring: usize,
     h: usize,
@@ -1557,9 +1601,8 @@ fn tile<const ROWS: usize>(
 ) -> Vec<f32> {
     let (dk, dv) = (s.head_dim_k, s.head_dim_v);
     let q_w = s.n_head * dk;
-    let k_w = s.n_head_kv * dk;
-    let v_w = s.n_head_kv * dv;
     let kvh = h / (s.n_head / s.n_head_kv);
+    let (k0, v0) = (kvh * lay.k_head, kvh * lay.v_head);
     let rows = t1 - t0;
     let mut out = vec![0f32; rows * dv];
     let mut m = vec![f32::NEG_INFINITY; rows];
@@ -1588,9 +1631,9 @@ fn tile<const ROWS: usize>(
         for tk in 0..KV_TILE {
             if tk < n_k {
                 let j = ic + tk;
-                f16_to_f32_row(&kc[j * k_w + kvh * dk..j * k_w + (kvh + 1) * dk], &mut krow);
+                f16_to_f32_row(&kc[j * lay.k_row + k0..][..dk], &mut krow);
                 f16_to_f32_row(
-                    &vc[j * v_w + kvh * dv..j * v_w + (kvh + 1) * dv],
+                    &vc[j * lay.v_row + v0..][..dv],
                     &mut vt[tk * dv..(tk + 1) * dv],
                 );
             } else {
@@ -1989,6 +2032,76 @@ mod tests {
         assert_eq!(at(600, 4096, 2).keys(0, &(89..601), 0), Runs::one(89..384));
     }
 
+    /// Six query heads over two KV heads of `dim`, scale 1/4.
+    fn six_over_two(dim: usize, window: usize) -> AttnShape {
+        AttnShape {
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim_k: dim,
+            head_dim_v: dim,
+            scale: 0.25,
+            window,
+        }
+    }
+
+    /// A position-major cache of `rows` rows for `s`: random keys and values.
+    fn random_cache(s: &AttnShape, rows: usize, rnd: &mut impl FnMut() -> f32) -> [Vec<u16>; 2] {
+        let n = rows * s.n_head_kv * s.head_dim_k;
+        [3.0, 4.0].map(|spread| (0..n).map(|_| f32_to_f16(rnd() * spread)).collect())
+    }
+
+    /// The same cache stored head-major gives every path's bits as stored
+    /// position-major: decode with and without split-KV chunks, in a ring,
+    /// short batches, and the tiled path.
+    #[test]
+    fn head_major_cache_gives_position_major_bits() {
+        let mut rnd = uniform(23);
+        for (n_tok, pos0, window, ring, cells) in [
+            (1usize, 40usize, 0usize, 0usize, 256usize),
+            (1, 700, 0, 0, 1024),
+            (1, 900, 200, 512, 512),
+            (3, 50, 0, 0, 256),
+            (70, 20, 0, 0, 256),
+            (80, 600, 100, 512, 512),
+        ] {
+            let s = six_over_two(64, window);
+            let (n_head, n_head_kv, dim) = (s.n_head, s.n_head_kv, s.head_dim_k);
+            let rows = if ring > 0 { ring } else { cells };
+            let [kc, vc] = random_cache(&s, rows, &mut rnd);
+            // [row][head][dim] -> [head][row][dim].
+            let by_head = |c: &[u16]| -> Vec<u16> {
+                (0..n_head_kv)
+                    .flat_map(|h| (0..rows).map(move |r| (r * n_head_kv + h) * dim))
+                    .flat_map(|at| c[at..at + dim].to_vec())
+                    .collect()
+            };
+            let (kh, vh) = (by_head(&kc), by_head(&vc));
+            let q: Vec<f32> = (0..n_tok * n_head * dim).map(|_| rnd() * 2.0).collect();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let item = |kc, vc, lay| AttnItem {
+                q: &q,
+                kc,
+                vc,
+                lay,
+                pos0,
+                n_tok,
+                kv_cells: rows,
+                ring,
+            };
+            let want = attend_batch(&s, &[item(&kc, &vc, KvLayout::position_major(&s))], &pool);
+            let got = attend_batch(&s, &[item(&kh, &vh, KvLayout::head_major(&s, rows))], &pool);
+            let bits = |v: &[Vec<f32>]| v.concat().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{n_tok} queries at {pos0}, ring {ring}"
+            );
+        }
+    }
+
     /// [`cell_runs`] against the cells walked one by one: cell c of a ring
     /// holds the latest position at or before the query's that is c modulo
     /// the ring's size, and is visited if that position is among the keys.
@@ -2064,22 +2177,10 @@ mod tests {
             (2, 1020, 500, 32, 768),
             (2, 530, 256, 64, 512),
         ] {
-            let (n_head, n_head_kv) = (6usize, 2usize);
-            let s = AttnShape {
-                n_head,
-                n_head_kv,
-                head_dim_k: dim,
-                head_dim_v: dim,
-                scale: 0.25,
-                window,
-            };
+            let s = six_over_two(dim, window);
+            let (n_head, n_head_kv) = (s.n_head, s.n_head_kv);
             let cells = 1024;
-            let kc: Vec<u16> = (0..cells * n_head_kv * dim)
-                .map(|_| f32_to_f16(rnd() * 3.0))
-                .collect();
-            let vc: Vec<u16> = (0..cells * n_head_kv * dim)
-                .map(|_| f32_to_f16(rnd() * 4.0))
-                .collect();
+            let [kc, vc] = random_cache(&s, cells, &mut rnd);
             let q: Vec<f32> = (0..n_head * dim).map(|_| rnd() * 2.0).collect();
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -2089,6 +2190,7 @@ mod tests {
                 q: &q,
                 kc: &kc,
                 vc: &vc,
+                lay: KvLayout::position_major(&s),
                 pos0,
                 n_tok: 1,
                 kv_cells,
@@ -2233,6 +2335,7 @@ mod tests {
                     q: &q,
                     kc: &kc,
                     vc: &vc,
+                    lay: KvLayout::position_major(&s),
                     t,
                     keys,
                 };
@@ -2450,12 +2553,13 @@ mod tests {
                 .map(|_| f32_to_f16(rnd() * 5.0))
                 .collect();
             let q: Vec<f32> = (0..n_tok * 4 * dim).map(|_| rnd() * 2.0).collect();
+            let lay = KvLayout::position_major(&s);
             for h in 0..4 {
                 for t0 in (0..n_tok).step_by(KV_TILE) {
                     let t1 = (t0 + KV_TILE).min(n_tok);
                     // SAFETY: AVX2, FMA and F16C were detected above.
-                    let a = unsafe { tile_avx2(&s, &q, &kc, &vc, pos0, 0, h, t0, t1) };
-                    let b = tile::<2>(&s, &q, &kc, &vc, pos0, 0, h, t0, t1);
+                    let a = unsafe { tile_avx2(&s, &q, &kc, &vc, lay, pos0, 0, h, t0, t1) };
+                    let b = tile::<2>(&s, &q, &kc, &vc, lay, pos0, 0, h, t0, t1);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(
                         bits(&a),
@@ -2464,11 +2568,11 @@ mod tests {
                     );
                     // Four rows at a time: portable, and with AVX-512 where
                     // the CPU has it.
-                    let c = tile::<4>(&s, &q, &kc, &vc, pos0, 0, h, t0, t1);
+                    let c = tile::<4>(&s, &q, &kc, &vc, lay, pos0, 0, h, t0, t1);
                     assert_eq!(bits(&c), bits(&b), "quads: dim {dim} h {h} t0 {t0}");
                     if kestrel_quant::avx512_in_use() {
                         // SAFETY: AVX-512 F/BW/VL were detected.
-                        let e = unsafe { tile_avx512(&s, &q, &kc, &vc, pos0, 0, h, t0, t1) };
+                        let e = unsafe { tile_avx512(&s, &q, &kc, &vc, lay, pos0, 0, h, t0, t1) };
                         assert_eq!(bits(&e), bits(&b), "AVX-512: dim {dim} h {h} t0 {t0}");
                     }
                 }
