@@ -138,6 +138,12 @@ impl KvCache {
         self.store = kvstore::KvStore::new(&rows, self.k_width, self.v_width);
     }
 
+    /// Rows layer `l` holds for each KV head: the context, or a window
+    /// layer's ring.
+    fn rows(&self, l: usize) -> usize {
+        self.store.k(l).len() / self.k_width
+    }
+
     /// The window ring's size (0: none); a reused prefix must keep the
     /// window before its end (see [`KvCache::keeps`]).
     pub fn swa_ring(&self) -> usize {
@@ -796,7 +802,7 @@ impl CpuModel {
                 );
                 // Position p's row: p, or p mod the ring in a window layer.
                 let ring = if swa { cache.swa_ring } else { 0 };
-                let rows = cache.store.k(il).len() / cache.k_width;
+                let rows = cache.rows(il);
                 let (kc, vc) = cache.store.kv_mut(il);
                 for (j, t) in span.clone().enumerate() {
                     let p = s.pos0 + j;
@@ -828,10 +834,7 @@ impl CpuModel {
                     q: &q[span.start * q_dim..span.end * q_dim],
                     kc: s.cache.store.k(il),
                     vc: s.cache.store.v(il),
-                    lay: attention::KvLayout::head_major(
-                        &shape,
-                        s.cache.store.k(il).len() / s.cache.k_width,
-                    ),
+                    lay: attention::KvLayout::head_major(&shape, s.cache.rows(il)),
                     pos0: s.pos0,
                     n_tok: span.len(),
                     // llama.cpp rounds its context up to 256 cells; a
