@@ -12,6 +12,7 @@ mod gguf;
 mod pretokenize;
 mod spm;
 mod stream;
+mod symbols;
 mod tokenizer;
 mod unicode;
 mod unicode_table;

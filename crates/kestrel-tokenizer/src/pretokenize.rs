@@ -6,7 +6,12 @@
 //! by hand-written scanners (as llama.cpp does, and with the same corner
 //! cases); the few simple character-class patterns that accompany them
 //! (`\p{N}`, `\p{N}+`, punctuation runs, three ASCII digits) are scanners too.
-//! Positions are code point indices into the text.
+//!
+//! Nothing is materialised: positions are byte offsets into the text, each
+//! pass hands every piece it finds straight to the next pass, and the last
+//! one hands it to the caller (who merges it as a BPE word at once). Splitting
+//! allocates nothing, whatever the text: 0 bytes an input byte, and a stack
+//! one frame deeper per pass.
 
 use crate::unicode::Flags;
 
@@ -115,129 +120,140 @@ pub(crate) fn spec_for(pre: &str) -> Option<PreSpec> {
     })
 }
 
-/// Splits `text` into words by running `passes` in order. Returns byte ranges.
-pub(crate) fn split(text: &str, passes: &[Pass]) -> Vec<std::ops::Range<usize>> {
-    let cps: Vec<char> = text.chars().collect();
-    if cps.is_empty() {
-        return Vec::new();
+/// Splits `text` into words by running `passes` in order; `sink(start, end)`
+/// gets each word's byte range, in order.
+pub(crate) fn split(text: &str, passes: &[Pass], sink: &mut dyn FnMut(usize, usize)) {
+    if !text.is_empty() {
+        run(text, passes, 0, text.len(), sink);
     }
-    let mut segs: Vec<(usize, usize)> = vec![(0, cps.len())];
-    for &pass in passes {
-        let mut out = Vec::with_capacity(segs.len() * 2);
-        for &(a, b) in &segs {
-            let mut s = Splitter::new(&cps, a, b, &mut out);
-            match pass {
-                Pass::Gpt2 => s.gpt2(),
-                Pass::Llama3 => s.llama3(false),
-                Pass::Qwen2 => s.llama3(true),
-                Pass::EachNumber => s.class_matches(|c| Flags::of(c).is_number(), false),
-                Pass::NumberRuns => s.class_matches(|c| Flags::of(c).is_number(), true),
-                Pass::PunctRuns { backtick } => s.class_matches(
-                    |c| {
-                        Flags::of(c).is_punctuation()
-                            || matches!(c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
-                            || (backtick && c == '`')
-                    },
-                    true,
-                ),
-                Pass::AsciiDigitTriples => s.ascii_digit_triples(),
-            }
-        }
-        segs = out;
-    }
-    // code point index -> byte offset
-    let mut offs = Vec::with_capacity(cps.len() + 1);
-    let mut o = 0;
-    for c in &cps {
-        offs.push(o);
-        o += c.len_utf8();
-    }
-    offs.push(o);
-    segs.into_iter().map(|(a, b)| offs[a]..offs[b]).collect()
 }
 
-/// Scans one segment `[start, end)` of the code points, emitting pieces.
+/// Runs the first of `passes` over `text[start..end]`, each piece through
+/// the rest of them.
+fn run(text: &str, passes: &[Pass], start: usize, end: usize, sink: &mut dyn FnMut(usize, usize)) {
+    let Some((&pass, rest)) = passes.split_first() else {
+        return sink(start, end);
+    };
+    let mut next = |a: usize, b: usize| run(text, rest, a, b, sink);
+    let mut s = Splitter {
+        text,
+        start,
+        end,
+        emitted: start,
+        out: &mut next,
+    };
+    match pass {
+        Pass::Gpt2 => s.gpt2(),
+        Pass::Llama3 => s.llama3(false),
+        Pass::Qwen2 => s.llama3(true),
+        Pass::EachNumber => s.class_matches(|c| Flags::of(c).is_number(), false),
+        Pass::NumberRuns => s.class_matches(|c| Flags::of(c).is_number(), true),
+        Pass::PunctRuns { backtick } => s.class_matches(
+            |c| {
+                Flags::of(c).is_punctuation()
+                    || matches!(c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
+                    || (backtick && c == '`')
+            },
+            true,
+        ),
+        Pass::AsciiDigitTriples => s.ascii_digit_triples(),
+    }
+}
+
+/// A run of white space: how many code points, where it ends, where its
+/// last code point starts, and the end of its last `\r` / `\n`, if any.
+struct WhiteSpace {
+    count: usize,
+    end: usize,
+    last: usize,
+    newline_end: Option<usize>,
+}
+
+/// Scans one segment `text[start..end]` (byte offsets at character
+/// boundaries), emitting pieces.
 struct Splitter<'a> {
-    cps: &'a [char],
+    text: &'a str,
     start: usize,
     end: usize,
     /// End of the last emitted piece.
     emitted: usize,
-    out: &'a mut Vec<(usize, usize)>,
+    out: &'a mut dyn FnMut(usize, usize),
 }
 
-impl<'a> Splitter<'a> {
-    fn new(cps: &'a [char], start: usize, end: usize, out: &'a mut Vec<(usize, usize)>) -> Self {
-        Splitter {
-            cps,
-            start,
-            end,
-            emitted: start,
-            out,
-        }
-    }
-
+impl Splitter<'_> {
+    /// The code point at byte `i`, if inside the segment.
     fn cp(&self, i: usize) -> Option<char> {
-        (i >= self.start && i < self.end).then(|| self.cps[i])
+        if i < self.start || i >= self.end {
+            return None;
+        }
+        self.text.get(i..)?.chars().next()
     }
 
     fn flags(&self, i: usize) -> Flags {
         self.cp(i).map(Flags::of).unwrap_or(Flags::EMPTY)
     }
 
+    /// The byte after the code point at `i` (`i + 1` past the segment).
+    fn step(&self, i: usize) -> usize {
+        i + self.cp(i).map_or(1, char::len_utf8)
+    }
+
     /// Emits the piece from the last emission up to `to` (if non-empty).
     fn emit(&mut self, to: usize) {
         if to > self.emitted {
-            self.out.push((self.emitted, to));
+            (self.out)(self.emitted, to);
         }
         self.emitted = to;
     }
 
-    /// Length of a contraction (`'s`, `'re`, ...) at `pos`, or 0.
-    fn contraction(&self, pos: usize, any_case: bool) -> usize {
-        if self.cps[pos] != '\'' || pos + 1 >= self.end {
-            return 0;
+    /// The end of a contraction (`'s`, `'re`, ...) at `pos`, if one is there.
+    fn contraction(&self, pos: usize, any_case: bool) -> Option<usize> {
+        if self.cp(pos) != Some('\'') {
+            return None;
         }
         let low = |c: char| if any_case { c.to_ascii_lowercase() } else { c };
-        let n1 = low(self.cps[pos + 1]);
+        // The apostrophe and the letters matched are one byte each.
+        let n1 = low(self.cp(pos + 1)?);
         if matches!(n1, 's' | 't' | 'm' | 'd') {
-            return 2;
+            return Some(pos + 2);
         }
-        if pos + 2 < self.end {
-            let n2 = low(self.cps[pos + 2]);
+        if matches!(n1, 'r' | 'v' | 'l') {
+            let n2 = low(self.cp(pos + 2)?);
             if matches!((n1, n2), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
-                return 3;
+                return Some(pos + 3);
             }
         }
-        0
+        None
     }
 
-    /// Counts white space from `pos`; also returns the position just past
-    /// the last `\r` / `\n` inside that run, if any.
-    fn whitespace_run(&self, pos: usize) -> (usize, Option<usize>) {
-        let mut n = 0;
-        let mut last_newline_end = None;
-        while self.flags(pos + n).is_whitespace() {
-            if matches!(self.cp(pos + n), Some('\r' | '\n')) {
-                last_newline_end = Some(pos + n + 1);
+    fn whitespace_run(&self, pos: usize) -> WhiteSpace {
+        let mut ws = WhiteSpace {
+            count: 0,
+            end: pos,
+            last: pos,
+            newline_end: None,
+        };
+        while let Some(c) = self.cp(ws.end).filter(|&c| Flags::of(c).is_whitespace()) {
+            ws.last = ws.end;
+            ws.end += c.len_utf8();
+            ws.count += 1;
+            if matches!(c, '\r' | '\n') {
+                ws.newline_end = Some(ws.end);
             }
-            n += 1;
         }
-        (n, last_newline_end)
+        ws
     }
 
     fn gpt2(&mut self) {
         let mut pos = self.start;
-        while pos < self.end {
-            let c = self.cps[pos];
-            let k = self.contraction(pos, false);
-            if k > 0 {
-                pos += k;
+        while let Some(c) = self.cp(pos) {
+            if let Some(e) = self.contraction(pos, false) {
+                pos = e;
                 self.emit(pos);
                 continue;
             }
-            let lead_space = usize::from(c == ' ');
-            let f2 = self.flags(pos + lead_space);
+            let after_space = if c == ' ' { pos + 1 } else { pos };
+            let f2 = self.flags(after_space);
             // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
             let class: Option<fn(Flags) -> bool> = if f2.is_letter() {
                 Some(Flags::is_letter)
@@ -249,48 +265,46 @@ impl<'a> Splitter<'a> {
                 None
             };
             if let Some(test) = class {
-                pos += lead_space;
+                pos = after_space;
                 while test(self.flags(pos)) {
-                    pos += 1;
+                    pos = self.step(pos);
                 }
                 self.emit(pos);
                 continue;
             }
-            let (n_ws, _) = self.whitespace_run(pos);
-            if n_ws > 1 && self.cp(pos + n_ws).is_some() {
+            let ws = self.whitespace_run(pos);
+            if ws.count > 1 && self.cp(ws.end).is_some() {
                 // `\s+(?!\S)`: leave the last space to lead the next word
-                pos += n_ws - 1;
+                pos = ws.last;
                 self.emit(pos);
                 continue;
             }
-            if n_ws > 0 {
-                pos += n_ws;
+            if ws.count > 0 {
+                pos = ws.end;
                 self.emit(pos);
                 continue;
             }
-            pos += 1;
+            pos = self.step(pos);
             self.emit(pos);
         }
     }
 
     fn llama3(&mut self, single_digits: bool) {
         let mut pos = self.start;
-        while pos < self.end {
-            let c = self.cps[pos];
-            let f = self.flags(pos);
-            let k = self.contraction(pos, true);
-            if k > 0 {
-                pos += k;
+        while let Some(c) = self.cp(pos) {
+            let f = Flags::of(c);
+            if let Some(e) = self.contraction(pos, true) {
+                pos = e;
                 self.emit(pos);
                 continue;
             }
             // `[^\r\n\p{L}\p{N}]?\p{L}+`
             if !(c == '\r' || c == '\n' || f.is_number())
-                && (f.is_letter() || self.flags(pos + 1).is_letter())
+                && (f.is_letter() || self.flags(self.step(pos)).is_letter())
             {
-                pos += 1;
+                pos = self.step(pos);
                 while self.flags(pos).is_letter() {
-                    pos += 1;
+                    pos = self.step(pos);
                 }
                 self.emit(pos);
                 continue;
@@ -298,14 +312,15 @@ impl<'a> Splitter<'a> {
             // `\p{N}{1,3}` or `\p{N}`
             if f.is_number() {
                 if single_digits {
-                    pos += 1;
+                    pos = self.step(pos);
                 } else {
-                    let mut group = pos;
+                    let mut in_group = 0;
                     while self.flags(pos).is_number() {
-                        pos += 1;
-                        if pos - group >= 3 {
+                        pos = self.step(pos);
+                        in_group += 1;
+                        if in_group == 3 {
                             self.emit(pos);
-                            group = pos;
+                            in_group = 0;
                         }
                     }
                 }
@@ -315,13 +330,13 @@ impl<'a> Splitter<'a> {
             // ` ?[^\s\p{L}\p{N}]+[\r\n]*` -- the first test looks at the code
             // point itself being real (not at the one after the space), so a
             // lone space at the very end lands here too.
-            let lead_space = usize::from(c == ' ');
-            let f2 = self.flags(pos + lead_space);
+            let after_space = if c == ' ' { pos + 1 } else { pos };
+            let f2 = self.flags(after_space);
             let f2_other_or_end = !f2.is_whitespace() && !f2.is_letter() && !f2.is_number();
             if f2_other_or_end && !f.is_empty() {
-                pos += lead_space;
+                pos = after_space;
                 while self.flags(pos).is_other() {
-                    pos += 1;
+                    pos = self.step(pos);
                 }
                 while matches!(self.cp(pos), Some('\r' | '\n')) {
                     pos += 1;
@@ -329,24 +344,24 @@ impl<'a> Splitter<'a> {
                 self.emit(pos);
                 continue;
             }
-            let (n_ws, last_newline_end) = self.whitespace_run(pos);
+            let ws = self.whitespace_run(pos);
             // `\s*[\r\n]+`
-            if let Some(e) = last_newline_end {
+            if let Some(e) = ws.newline_end {
                 pos = e;
                 self.emit(pos);
                 continue;
             }
-            if n_ws > 1 && self.cp(pos + n_ws).is_some() {
-                pos += n_ws - 1;
+            if ws.count > 1 && self.cp(ws.end).is_some() {
+                pos = ws.last;
                 self.emit(pos);
                 continue;
             }
-            if n_ws > 0 {
-                pos += n_ws;
+            if ws.count > 0 {
+                pos = ws.end;
                 self.emit(pos);
                 continue;
             }
-            pos += 1;
+            pos = self.step(pos);
             self.emit(pos);
         }
     }
@@ -355,16 +370,14 @@ impl<'a> Splitter<'a> {
     /// the text between matches kept as pieces of its own.
     fn class_matches(&mut self, test: impl Fn(char) -> bool, runs: bool) {
         let mut pos = self.start;
-        while pos < self.end {
-            if test(self.cps[pos]) {
-                self.emit(pos);
-                pos += 1;
-                while runs && pos < self.end && test(self.cps[pos]) {
-                    pos += 1;
+        while let Some(c) = self.cp(pos) {
+            pos += c.len_utf8();
+            if test(c) {
+                self.emit(pos - c.len_utf8());
+                while let Some(c) = self.cp(pos).filter(|&c| runs && test(c)) {
+                    pos += c.len_utf8();
                 }
                 self.emit(pos);
-            } else {
-                pos += 1;
             }
         }
         self.emit(self.end);
@@ -373,12 +386,15 @@ impl<'a> Splitter<'a> {
     fn ascii_digit_triples(&mut self) {
         let mut pos = self.start;
         while pos < self.end {
-            if pos + 3 <= self.end && self.cps[pos..pos + 3].iter().all(char::is_ascii_digit) {
+            // ASCII digits are one byte each, and no other character's
+            // bytes are ASCII.
+            let three = self.text.as_bytes().get(pos..pos + 3);
+            if pos + 3 <= self.end && three.is_some_and(|t| t.iter().all(u8::is_ascii_digit)) {
                 self.emit(pos);
                 pos += 3;
                 self.emit(pos);
             } else {
-                pos += 1;
+                pos = self.step(pos);
             }
         }
         self.emit(self.end);
@@ -389,8 +405,14 @@ impl<'a> Splitter<'a> {
 mod tests {
     use super::*;
 
+    fn ranges(text: &str, passes: &[Pass]) -> Vec<std::ops::Range<usize>> {
+        let mut got = Vec::new();
+        split(text, passes, &mut |a, b| got.push(a..b));
+        got
+    }
+
     fn words<'t>(text: &'t str, passes: &[Pass]) -> Vec<&'t str> {
-        split(text, passes).into_iter().map(|r| &text[r]).collect()
+        ranges(text, passes).into_iter().map(|r| &text[r]).collect()
     }
 
     #[test]
@@ -434,5 +456,339 @@ mod tests {
     fn unknown_pre_is_none() {
         assert!(spec_for("no-such-pre").is_none());
         assert!(spec_for("qwen2").is_some());
+    }
+
+    /// The code-point scanners this module had before pieces were streamed
+    /// in byte offsets: the reference the streaming ones must match.
+    mod reference {
+        use super::super::Pass;
+        use crate::unicode::Flags;
+
+        /// Splits `text` into words by running `passes` in order. Returns byte ranges.
+        pub(super) fn split(text: &str, passes: &[Pass]) -> Vec<std::ops::Range<usize>> {
+            let cps: Vec<char> = text.chars().collect();
+            if cps.is_empty() {
+                return Vec::new();
+            }
+            let mut segs: Vec<(usize, usize)> = vec![(0, cps.len())];
+            for &pass in passes {
+                let mut out = Vec::with_capacity(segs.len() * 2);
+                for &(a, b) in &segs {
+                    let mut s = Splitter::new(&cps, a, b, &mut out);
+                    match pass {
+                        Pass::Gpt2 => s.gpt2(),
+                        Pass::Llama3 => s.llama3(false),
+                        Pass::Qwen2 => s.llama3(true),
+                        Pass::EachNumber => s.class_matches(|c| Flags::of(c).is_number(), false),
+                        Pass::NumberRuns => s.class_matches(|c| Flags::of(c).is_number(), true),
+                        Pass::PunctRuns { backtick } => s.class_matches(
+                            |c| {
+                                Flags::of(c).is_punctuation()
+                                    || matches!(c, '$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
+                                    || (backtick && c == '`')
+                            },
+                            true,
+                        ),
+                        Pass::AsciiDigitTriples => s.ascii_digit_triples(),
+                    }
+                }
+                segs = out;
+            }
+            // code point index -> byte offset
+            let mut offs = Vec::with_capacity(cps.len() + 1);
+            let mut o = 0;
+            for c in &cps {
+                offs.push(o);
+                o += c.len_utf8();
+            }
+            offs.push(o);
+            segs.into_iter().map(|(a, b)| offs[a]..offs[b]).collect()
+        }
+
+        /// Scans one segment `[start, end)` of the code points, emitting pieces.
+        struct Splitter<'a> {
+            cps: &'a [char],
+            start: usize,
+            end: usize,
+            /// End of the last emitted piece.
+            emitted: usize,
+            out: &'a mut Vec<(usize, usize)>,
+        }
+
+        impl<'a> Splitter<'a> {
+            fn new(
+                cps: &'a [char],
+                start: usize,
+                end: usize,
+                out: &'a mut Vec<(usize, usize)>,
+            ) -> Self {
+                Splitter {
+                    cps,
+                    start,
+                    end,
+                    emitted: start,
+                    out,
+                }
+            }
+
+            fn cp(&self, i: usize) -> Option<char> {
+                (i >= self.start && i < self.end).then(|| self.cps[i])
+            }
+
+            fn flags(&self, i: usize) -> Flags {
+                self.cp(i).map(Flags::of).unwrap_or(Flags::EMPTY)
+            }
+
+            /// Emits the piece from the last emission up to `to` (if non-empty).
+            fn emit(&mut self, to: usize) {
+                if to > self.emitted {
+                    self.out.push((self.emitted, to));
+                }
+                self.emitted = to;
+            }
+
+            /// Length of a contraction (`'s`, `'re`, ...) at `pos`, or 0.
+            fn contraction(&self, pos: usize, any_case: bool) -> usize {
+                if self.cps[pos] != '\'' || pos + 1 >= self.end {
+                    return 0;
+                }
+                let low = |c: char| if any_case { c.to_ascii_lowercase() } else { c };
+                let n1 = low(self.cps[pos + 1]);
+                if matches!(n1, 's' | 't' | 'm' | 'd') {
+                    return 2;
+                }
+                if pos + 2 < self.end {
+                    let n2 = low(self.cps[pos + 2]);
+                    if matches!((n1, n2), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
+                        return 3;
+                    }
+                }
+                0
+            }
+
+            /// Counts white space from `pos`; also returns the position just past
+            /// the last `\r` / `\n` inside that run, if any.
+            fn whitespace_run(&self, pos: usize) -> (usize, Option<usize>) {
+                let mut n = 0;
+                let mut last_newline_end = None;
+                while self.flags(pos + n).is_whitespace() {
+                    if matches!(self.cp(pos + n), Some('\r' | '\n')) {
+                        last_newline_end = Some(pos + n + 1);
+                    }
+                    n += 1;
+                }
+                (n, last_newline_end)
+            }
+
+            fn gpt2(&mut self) {
+                let mut pos = self.start;
+                while pos < self.end {
+                    let c = self.cps[pos];
+                    let k = self.contraction(pos, false);
+                    if k > 0 {
+                        pos += k;
+                        self.emit(pos);
+                        continue;
+                    }
+                    let lead_space = usize::from(c == ' ');
+                    let f2 = self.flags(pos + lead_space);
+                    // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
+                    let class: Option<fn(Flags) -> bool> = if f2.is_letter() {
+                        Some(Flags::is_letter)
+                    } else if f2.is_number() {
+                        Some(Flags::is_number)
+                    } else if f2.is_other() {
+                        Some(Flags::is_other)
+                    } else {
+                        None
+                    };
+                    if let Some(test) = class {
+                        pos += lead_space;
+                        while test(self.flags(pos)) {
+                            pos += 1;
+                        }
+                        self.emit(pos);
+                        continue;
+                    }
+                    let (n_ws, _) = self.whitespace_run(pos);
+                    if n_ws > 1 && self.cp(pos + n_ws).is_some() {
+                        // `\s+(?!\S)`: leave the last space to lead the next word
+                        pos += n_ws - 1;
+                        self.emit(pos);
+                        continue;
+                    }
+                    if n_ws > 0 {
+                        pos += n_ws;
+                        self.emit(pos);
+                        continue;
+                    }
+                    pos += 1;
+                    self.emit(pos);
+                }
+            }
+
+            fn llama3(&mut self, single_digits: bool) {
+                let mut pos = self.start;
+                while pos < self.end {
+                    let c = self.cps[pos];
+                    let f = self.flags(pos);
+                    let k = self.contraction(pos, true);
+                    if k > 0 {
+                        pos += k;
+                        self.emit(pos);
+                        continue;
+                    }
+                    // `[^\r\n\p{L}\p{N}]?\p{L}+`
+                    if !(c == '\r' || c == '\n' || f.is_number())
+                        && (f.is_letter() || self.flags(pos + 1).is_letter())
+                    {
+                        pos += 1;
+                        while self.flags(pos).is_letter() {
+                            pos += 1;
+                        }
+                        self.emit(pos);
+                        continue;
+                    }
+                    // `\p{N}{1,3}` or `\p{N}`
+                    if f.is_number() {
+                        if single_digits {
+                            pos += 1;
+                        } else {
+                            let mut group = pos;
+                            while self.flags(pos).is_number() {
+                                pos += 1;
+                                if pos - group >= 3 {
+                                    self.emit(pos);
+                                    group = pos;
+                                }
+                            }
+                        }
+                        self.emit(pos);
+                        continue;
+                    }
+                    // ` ?[^\s\p{L}\p{N}]+[\r\n]*` -- the first test looks at the code
+                    // point itself being real (not at the one after the space), so a
+                    // lone space at the very end lands here too.
+                    let lead_space = usize::from(c == ' ');
+                    let f2 = self.flags(pos + lead_space);
+                    let f2_other_or_end = !f2.is_whitespace() && !f2.is_letter() && !f2.is_number();
+                    if f2_other_or_end && !f.is_empty() {
+                        pos += lead_space;
+                        while self.flags(pos).is_other() {
+                            pos += 1;
+                        }
+                        while matches!(self.cp(pos), Some('\r' | '\n')) {
+                            pos += 1;
+                        }
+                        self.emit(pos);
+                        continue;
+                    }
+                    let (n_ws, last_newline_end) = self.whitespace_run(pos);
+                    // `\s*[\r\n]+`
+                    if let Some(e) = last_newline_end {
+                        pos = e;
+                        self.emit(pos);
+                        continue;
+                    }
+                    if n_ws > 1 && self.cp(pos + n_ws).is_some() {
+                        pos += n_ws - 1;
+                        self.emit(pos);
+                        continue;
+                    }
+                    if n_ws > 0 {
+                        pos += n_ws;
+                        self.emit(pos);
+                        continue;
+                    }
+                    pos += 1;
+                    self.emit(pos);
+                }
+            }
+
+            /// Matches of a one-character class (`runs`: as long as possible), with
+            /// the text between matches kept as pieces of its own.
+            fn class_matches(&mut self, test: impl Fn(char) -> bool, runs: bool) {
+                let mut pos = self.start;
+                while pos < self.end {
+                    if test(self.cps[pos]) {
+                        self.emit(pos);
+                        pos += 1;
+                        while runs && pos < self.end && test(self.cps[pos]) {
+                            pos += 1;
+                        }
+                        self.emit(pos);
+                    } else {
+                        pos += 1;
+                    }
+                }
+                self.emit(self.end);
+            }
+
+            fn ascii_digit_triples(&mut self) {
+                let mut pos = self.start;
+                while pos < self.end {
+                    if pos + 3 <= self.end
+                        && self.cps[pos..pos + 3].iter().all(char::is_ascii_digit)
+                    {
+                        self.emit(pos);
+                        pos += 3;
+                        self.emit(pos);
+                    } else {
+                        pos += 1;
+                    }
+                }
+                self.emit(self.end);
+            }
+        }
+    }
+
+    /// xorshift64
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn streaming_matches_the_code_point_reference() {
+        // Characters that steer every branch: contractions in both cases,
+        // letters, ASCII and other numbers, punctuation and symbols of each
+        // pass, all kinds of white space, multi-byte characters of each class.
+        let alphabet: Vec<char> = "'sStTrReEvVlLmMdDaZ0123456789½٣ \n\r\t\u{3000}\u{a0}!?.,$+<=>^~|`-_@#\"中é😀\u{200d}\u{301}"
+            .chars()
+            .collect();
+        let mut lists: Vec<&[Pass]> = vec![DEFAULT, GPT2, LLAMA3, QWEN2, SMOLLM, FALCON];
+        let singles = [
+            Pass::Gpt2,
+            Pass::Llama3,
+            Pass::Qwen2,
+            Pass::EachNumber,
+            Pass::NumberRuns,
+            Pass::PunctRuns { backtick: false },
+            Pass::PunctRuns { backtick: true },
+            Pass::AsciiDigitTriples,
+        ];
+        lists.extend(singles.iter().map(std::slice::from_ref));
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        for round in 0..3000 {
+            // A small sub-alphabet makes runs and repeats likely.
+            let k = 2 + round % 12;
+            let start = rng.below(alphabet.len());
+            let sub: Vec<char> = (0..k)
+                .map(|i| alphabet[(start + i * 7) % alphabet.len()])
+                .collect();
+            let text: String = (0..rng.below(40)).map(|_| sub[rng.below(k)]).collect();
+            for passes in &lists {
+                assert_eq!(
+                    ranges(&text, passes),
+                    reference::split(&text, passes),
+                    "{text:?} {passes:?}"
+                );
+            }
+        }
     }
 }

@@ -6,12 +6,18 @@
 //! text-based fix-ups (end-of-turn tokens, `unused` tokens, the end-of-
 //! generation set), and its tokenize path: special tokens are split out
 //! first (longest first), the remaining text goes through BPE or SPM.
+//!
+//! Encoding streams: each text fragment between special tokens goes to the
+//! pre-tokenizer and each word it finds straight to the merge, in buffers
+//! reused from word to word, so memory stays a small multiple of the longest
+//! word (see `bpe`, `spm`) plus the ids.
 
 use crate::bpe::{self, Ranks};
 use crate::error::TokenizerError;
 use crate::fxhash::{map_with_capacity, FxMap};
 use crate::pretokenize::{self, Pass, SUPPORTED_PRE};
 use crate::spm;
+use crate::symbols::Idx;
 use crate::unicode::{byte_chars, char_byte};
 
 /// Token attributes (llama.cpp's `llama_token_attr` bits).
@@ -91,6 +97,8 @@ enum Model {
         passes: &'static [Pass],
         ignore_merges: bool,
         byte_chars: Box<[char; 256]>,
+        /// The most characters a token has: longer words are no token.
+        max_token_chars: usize,
     },
     Spm,
 }
@@ -125,6 +133,11 @@ pub struct Tokenizer {
     clean_spaces: bool,
     eog: Vec<u32>,
     fim: Fim,
+    /// See [`Tokenizer::max_bytes_per_token`].
+    max_bytes_per_token: Option<usize>,
+    /// Bytes that may give no token at all (no token and no fallback):
+    /// [`Tokenizer::min_tokens`] does not count them.
+    silent_bytes: [bool; 256],
 }
 
 /// The fill-in-the-middle tokens a code model marks its infill prompt with
@@ -221,7 +234,7 @@ const ALWAYS_RENDERED: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<
 
 impl Tokenizer {
     /// Builds a tokenizer from vocabulary metadata.
-    pub fn from_vocab(v: VocabData) -> Result<Tokenizer, TokenizerError> {
+    pub fn from_vocab(mut v: VocabData) -> Result<Tokenizer, TokenizerError> {
         let n = v.tokens.len();
         if n == 0 {
             return Err(TokenizerError::EmptyVocab);
@@ -237,12 +250,13 @@ impl Tokenizer {
         let mut add_space_prefix;
         let mut clean_spaces = false;
         let (mut bos, mut eos, mut unk): (Option<u32>, Option<u32>, Option<u32>);
-        let model = match v.model.as_str() {
+        // (the BPE merges, the pre-tokenizer's passes and ignore_merges)
+        let bpe: Option<(Vec<String>, &'static [Pass], bool)> = match v.model.as_str() {
             "gpt2" => {
                 kind = TokenizerKind::Bpe;
                 let merges = v
                     .merges
-                    .as_deref()
+                    .take()
                     .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
                 let pre = v.pre.as_deref().unwrap_or("default");
                 let spec =
@@ -257,12 +271,7 @@ impl Tokenizer {
                 bos = Some(11);
                 eos = Some(11);
                 unk = None;
-                Model::Bpe {
-                    ranks: Ranks::new(merges),
-                    passes: spec.passes,
-                    ignore_merges: spec.ignore_merges,
-                    byte_chars: Box::new(byte_chars()),
-                }
+                Some((merges, spec.passes, spec.ignore_merges))
             }
             "llama" => {
                 kind = TokenizerKind::Spm;
@@ -271,7 +280,7 @@ impl Tokenizer {
                 bos = Some(1);
                 eos = Some(2);
                 unk = Some(0);
-                Model::Spm
+                None
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
@@ -440,6 +449,19 @@ impl Tokenizer {
             TokenizerKind::Bpe => Vec::new(),
         };
 
+        let model = match bpe {
+            Some((merges, passes, ignore_merges)) => Model::Bpe {
+                ranks: Ranks::new(&merges, |t| token_to_id.get(t).copied()),
+                passes,
+                ignore_merges,
+                byte_chars: Box::new(byte_chars()),
+                max_token_chars: tokens.iter().map(|t| t.chars().count()).max().unwrap_or(0),
+            },
+            None => Model::Spm,
+        };
+        let (max_bytes_per_token, silent_bytes) =
+            max_bytes_per_token(&model, &tokens, &attrs, &byte_tokens, unk);
+
         Ok(Tokenizer {
             model,
             tokens,
@@ -466,6 +488,8 @@ impl Tokenizer {
                 rep: fim_rep,
                 sep: fim_sep,
             },
+            max_bytes_per_token,
+            silent_bytes,
         })
     }
 
@@ -556,67 +580,65 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.bos);
         }
-        let fragments = self.partition(text, parse_special);
         match &self.model {
             Model::Spm => {
                 let mut prev_special = true;
-                let mut buf = String::new();
-                for f in fragments {
-                    match f {
-                        Fragment::Text(a, b) => {
-                            buf.clear();
-                            if self.add_space_prefix && prev_special {
-                                buf.push('▁');
-                            }
-                            for c in text[a..b].chars() {
-                                if c == ' ' {
-                                    buf.push('▁');
-                                } else {
-                                    buf.push(c);
-                                }
-                            }
-                            spm::tokenize(
-                                &buf,
-                                &self.token_to_id,
-                                &self.scores,
-                                |b| self.spm_byte(b),
-                                &mut out,
-                            );
-                            prev_special = false;
-                        }
-                        Fragment::Token(id) => {
-                            out.push(id);
-                            prev_special = true;
-                        }
+                let mut sc = spm::Scratch::<u32>::default();
+                self.partition(text, parse_special, &mut |f| match f {
+                    Fragment::Text(a, b) => {
+                        let prefix = self.add_space_prefix && prev_special;
+                        self.spm_fragment(&text[a..b], prefix, &mut sc, &mut out);
+                        prev_special = false;
                     }
-                }
+                    Fragment::Token(id) => {
+                        out.push(id);
+                        prev_special = true;
+                    }
+                });
             }
-            Model::Bpe {
-                ranks,
-                passes,
-                ignore_merges,
-                byte_chars,
-            } => {
-                let mut enc = String::new();
-                for f in fragments {
-                    match f {
-                        Fragment::Text(a, b) => {
-                            let frag = &text[a..b];
-                            for r in pretokenize::split(frag, passes) {
-                                enc.clear();
-                                enc.extend(frag[r].bytes().map(|b| byte_chars[b as usize]));
-                                self.bpe_word(&enc, ranks, *ignore_merges, &mut out);
-                            }
-                        }
-                        Fragment::Token(id) => out.push(id),
+            Model::Bpe { passes, .. } => {
+                let mut sc = BpeScratch::default();
+                self.partition(text, parse_special, &mut |f| match f {
+                    Fragment::Text(a, b) => {
+                        let frag = &text[a..b];
+                        pretokenize::split(frag, passes, &mut |a, b| {
+                            self.bpe_word(&frag[a..b], &mut sc, &mut out)
+                        });
                     }
-                }
+                    Fragment::Token(id) => out.push(id),
+                });
             }
         }
         if add_special && self.add_eos {
             out.extend(self.eos);
         }
         out
+    }
+
+    /// The most input bytes one token of [`encode`](Self::encode) can stand
+    /// for, so that `encode(text, ..)` gives at least
+    /// [`min_tokens(text)`](Self::min_tokens) ids; BOS/EOS only add.
+    /// None when whole pieces of text can vanish (a BPE merge whose result
+    /// is no token), where no such bound holds.
+    pub fn max_bytes_per_token(&self) -> Option<usize> {
+        self.max_bytes_per_token
+    }
+
+    /// The fewest tokens `text` can encode to, from its length alone: one
+    /// per [`max_bytes_per_token`](Self::max_bytes_per_token) bytes, not
+    /// counting the bytes that have neither a token nor a fallback (they
+    /// may give none; SmolLM2 has no token for 0x04, for one). 0 when
+    /// there is no bound. Linear in the text and allocation-free, so a
+    /// caller can refuse a text that cannot fit before tokenizing it.
+    pub fn min_tokens(&self, text: &str) -> usize {
+        let Some(max) = self.max_bytes_per_token else {
+            return 0;
+        };
+        let silent = text
+            .bytes()
+            .filter(|&b| self.silent_bytes[b as usize])
+            .count();
+        (text.len() - silent).div_ceil(max.max(1))
     }
 
     fn spm_byte(&self, b: u8) -> Option<u32> {
@@ -627,76 +649,127 @@ impl Tokenizer {
             .or(self.unk)
     }
 
-    fn bpe_word(&self, word: &str, ranks: &Ranks, ignore_merges: bool, out: &mut Vec<u32>) {
-        if ignore_merges {
-            if let Some(&id) = self.token_to_id.get(word) {
+    fn spm_fragment(
+        &self,
+        frag: &str,
+        prefix: bool,
+        sc: &mut spm::Scratch<u32>,
+        out: &mut Vec<u32>,
+    ) {
+        let (map, scores, byte) = (&self.token_to_id, &self.scores[..], |b| self.spm_byte(b));
+        if frag.len() < u32::MAX_UNITS - 1 {
+            spm::tokenize(frag, prefix, map, scores, byte, sc, out);
+        } else {
+            let mut wide = spm::Scratch::<u64>::default();
+            spm::tokenize(frag, prefix, map, scores, byte, &mut wide, out);
+        }
+    }
+
+    fn bpe_word(&self, word: &str, sc: &mut BpeScratch, out: &mut Vec<u32>) {
+        let Model::Bpe {
+            ranks,
+            ignore_merges,
+            byte_chars,
+            max_token_chars,
+            ..
+        } = &self.model
+        else {
+            return;
+        };
+        // (one character per byte)
+        if *ignore_merges && word.len() <= *max_token_chars {
+            sc.chars.clear();
+            sc.chars
+                .extend(word.bytes().map(|b| byte_chars[b as usize]));
+            if let Some(&id) = self.token_to_id.get(&sc.chars) {
                 out.push(id);
                 return;
             }
         }
-        for r in bpe::merge(word, ranks) {
-            let piece = &word[r];
-            match self.token_to_id.get(piece) {
-                Some(&id) => out.push(id),
-                None => {
-                    // llama.cpp looks each byte of the symbol up as a
-                    // one-byte token; only ASCII bytes can match.
-                    for b in piece.bytes().filter(u8::is_ascii) {
-                        let s = [b];
-                        if let Some(&id) = std::str::from_utf8(&s)
-                            .ok()
-                            .and_then(|s| self.token_to_id.get(s))
-                        {
-                            out.push(id);
-                        }
-                    }
-                }
-            }
+        if word.len() < u32::MAX_UNITS {
+            bpe::encode_word(word.as_bytes(), ranks, &mut sc.merge, out);
+        } else {
+            let mut wide = bpe::Scratch::<u64>::default();
+            bpe::encode_word(word.as_bytes(), ranks, &mut wide, out);
         }
     }
 
     /// Splits out special tokens, longest first (llama.cpp's
-    /// `tokenizer_st_partition`). Control and unknown tokens only when
-    /// `parse_special`; user-defined tokens always.
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// `tokenizer_st_partition`), handing the fragments to `sink` in order.
+    /// Control and unknown tokens only when `parse_special`; user-defined
+    /// tokens always.
+    ///
+    /// llama.cpp splits every fragment by the first token, what is left by
+    /// the second, and so on; the same fragments come out of splitting
+    /// depth first, which needs no list of fragments: a stack holds, per
+    /// token, at most the rest of the text it is splitting and the match.
+    fn partition(&self, text: &str, parse_special: bool, sink: &mut dyn FnMut(Fragment)) {
+        enum Todo {
+            /// `text[s..e]`, still to be split by `present[k..]`.
+            Split(usize, usize, usize),
+            Token(u32),
+        }
         if text.is_empty() {
-            return Vec::new();
+            return;
         }
-        let mut frags = vec![Fragment::Text(0, text.len())];
-        for &id in &self.special_cache {
-            let a = self.attrs[id as usize];
-            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
-                continue;
+        // The tokens to split by that occur at all (token texts are never
+        // empty). A token with a byte pair the text lacks cannot, which spares
+        // searching the text for most of a large special vocabulary.
+        let mut pairs = vec![0u64; 1 << 10];
+        let mut bytes = [false; 256];
+        let t = text.as_bytes();
+        for (i, &b) in t.iter().enumerate() {
+            bytes[b as usize] = true;
+            if let Some(&c) = t.get(i + 1) {
+                let pair = usize::from(b) << 8 | usize::from(c);
+                pairs[pair >> 6] |= 1 << (pair & 63);
             }
-            let pat = self.tokens[id as usize].as_str();
-            let hit = frags
-                .iter()
-                .any(|f| matches!(*f, Fragment::Text(s, e) if text[s..e].contains(pat)));
-            if !hit {
-                continue;
-            }
-            let mut next = Vec::with_capacity(frags.len() + 4);
-            for f in frags {
-                match f {
-                    Fragment::Text(mut s, e) => {
-                        while let Some(i) = text[s..e].find(pat) {
-                            let m = s + i;
-                            if m > s {
-                                next.push(Fragment::Text(s, m));
-                            }
-                            next.push(Fragment::Token(id));
-                            s = m + pat.len();
-                        }
-                        if s < e {
-                            next.push(Fragment::Text(s, e));
-                        }
-                    }
-                    tok => next.push(tok),
+        }
+        let may_occur = |pat: &str| {
+            let p = pat.as_bytes();
+            p.iter().all(|&b| bytes[b as usize])
+                && p.windows(2).all(|w| {
+                    let pair = usize::from(w[0]) << 8 | usize::from(w[1]);
+                    pairs[pair >> 6] & (1 << (pair & 63)) != 0
+                })
+        };
+        let present: Vec<(u32, &str)> = self
+            .special_cache
+            .iter()
+            .filter(|&&id| {
+                parse_special || self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0
+            })
+            .map(|&id| (id, self.tokens[id as usize].as_str()))
+            .filter(|(_, pat)| !pat.is_empty() && may_occur(pat) && text.contains(pat))
+            .collect();
+        let mut todo = vec![Todo::Split(0, text.len(), 0)];
+        while let Some(t) = todo.pop() {
+            let (s, e, k) = match t {
+                Todo::Token(id) => {
+                    sink(Fragment::Token(id));
+                    continue;
                 }
+                Todo::Split(s, e, k) => (s, e, k),
+            };
+            let hit = present
+                .iter()
+                .enumerate()
+                .skip(k)
+                .find_map(|(j, &(id, pat))| {
+                    text[s..e].find(pat).map(|i| (j, id, s + i, pat.len()))
+                });
+            let Some((j, id, m, len)) = hit else {
+                sink(Fragment::Text(s, e));
+                continue;
+            };
+            if m + len < e {
+                todo.push(Todo::Split(m + len, e, j));
             }
-            frags = next;
+            todo.push(Todo::Token(id));
+            if m > s {
+                todo.push(Todo::Split(s, m, j + 1));
+            }
         }
-        frags
     }
 
     /// The bytes llama.cpp's `token_to_piece` gives for one token.
@@ -761,6 +834,60 @@ impl Tokenizer {
         }
         String::from_utf8_lossy(&text).into_owned()
     }
+}
+
+/// Buffers reused from BPE word to BPE word.
+#[derive(Default)]
+struct BpeScratch {
+    merge: bpe::Scratch<u32>,
+    /// A word in stand-in characters, for whole-word lookups.
+    chars: String,
+}
+
+/// See [`Tokenizer::max_bytes_per_token`]; with it, the bytes that may give
+/// no token. Each token stands for at most: its text's bytes when it is a
+/// special token matched in the text; for BPE, its character count (one
+/// character per byte); for SentencePiece, its text's bytes (▁ stands for
+/// a space, 1 byte, or for a ▁ in the text, 3 bytes); one byte when it is a
+/// byte fallback.
+fn max_bytes_per_token(
+    model: &Model,
+    tokens: &[String],
+    attrs: &[u16],
+    byte_tokens: &[Option<u32>],
+    unk: Option<u32>,
+) -> (Option<usize>, [bool; 256]) {
+    let special = |i: usize| attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0;
+    let (max, silent) = match model {
+        Model::Bpe { ranks, .. } => {
+            let Some(silent) = ranks.silent_bytes() else {
+                return (None, [false; 256]);
+            };
+            let max = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    // Merges only form tokens spelled in stand-in characters.
+                    let merged = if t.chars().all(|c| char_byte(c).is_some()) {
+                        t.chars().count()
+                    } else {
+                        0
+                    };
+                    merged.max(if special(i) { t.len() } else { 0 })
+                })
+                .max();
+            (max, silent)
+        }
+        Model::Spm => {
+            // A symbol without a token falls back to its bytes' tokens, or
+            // to <unk>; a byte with neither gives nothing.
+            let silent = std::array::from_fn(|b| {
+                unk.is_none() && byte_tokens.get(b).is_none_or(Option::is_none)
+            });
+            (tokens.iter().map(String::len).max(), silent)
+        }
+    };
+    (max.filter(|&m| m > 0), silent)
 }
 
 fn attr_of_type(ty: i32) -> u16 {

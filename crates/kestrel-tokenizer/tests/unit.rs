@@ -1,5 +1,6 @@
 //! Tokenizers on tiny hand-built vocabularies: BPE merge order, SentencePiece
-//! scores and byte fallback, special-token splitting, errors, streaming.
+//! scores and byte fallback, special-token splitting, errors, streaming; and
+//! the lower bound on token counts, on those and on the three test models.
 
 use kestrel_tokenizer::{token_type as tt, StreamDecoder, Tokenizer, TokenizerError, VocabData};
 
@@ -213,4 +214,162 @@ fn stream_decoder_never_emits_half_a_character() {
     assert_eq!(d.push(17), "\u{FFFD}");
     assert_eq!(d.push(14), "");
     assert_eq!(d.push(13), "\u{FFFD}!");
+}
+
+#[test]
+fn max_bytes_per_token_on_tiny_vocabularies() {
+    // Most bytes have no token in bpe_vocab: "é" gives no token at all,
+    // and the bound does not count such bytes.
+    let t = Tokenizer::from_vocab(bpe_vocab()).unwrap();
+    assert!(t.encode("é", false, false).is_empty());
+    assert_eq!(t.min_tokens("éé"), 0);
+    for text in ["é a é", "hello world", "ab\u{0}é"] {
+        assert!(t.encode(text, false, true).len() >= t.min_tokens(text));
+    }
+
+    // Every byte spelled, "a b" merging to "ab", a control token.
+    let chars: Vec<String> = (0..=255u8).map(|b| gpt2_char(b).to_string()).collect();
+    let mut tokens = chars.clone();
+    tokens.extend(["ab".into(), "<|end|>".into()]);
+    let mut types = vec![tt::NORMAL; tokens.len()];
+    types[257] = tt::CONTROL;
+    let v = VocabData {
+        model: "gpt2".into(),
+        pre: Some("gpt-2".into()),
+        tokens,
+        token_types: Some(types),
+        merges: Some(vec!["a b".into()]),
+        ..VocabData::default()
+    };
+    let t = Tokenizer::from_vocab(v.clone()).unwrap();
+    assert_eq!(t.max_bytes_per_token(), Some(7)); // "<|end|>"
+    assert_eq!(
+        (
+            t.min_tokens(""),
+            t.min_tokens("1234567"),
+            t.min_tokens("12345678")
+        ),
+        (0, 1, 2)
+    );
+    for text in ["abab", "<|end|><|end|>x", "é😀 ab\u{0}"] {
+        assert!(t.encode(text, false, true).len() >= t.min_tokens(text));
+    }
+    // A merge whose result is no token: llama.cpp drops its non-ASCII bytes.
+    let mut v2 = v.clone();
+    v2.merges = Some(vec!["Ã ©".into()]);
+    let t = Tokenizer::from_vocab(v2).unwrap();
+    assert!(t.encode("é", false, false).is_empty());
+    assert_eq!(t.max_bytes_per_token(), None);
+
+    // SentencePiece: <unk> catches every byte; the longest text is "▁hello".
+    let t = Tokenizer::from_vocab(spm_vocab()).unwrap();
+    assert_eq!(t.max_bytes_per_token(), Some("▁hello".len()));
+    assert_eq!(t.encode("zzz", false, false), [3, 0, 0, 0]); // ▁, then <unk>s
+    assert!(t.encode("zzz", false, false).len() >= t.min_tokens("zzz"));
+}
+
+/// GPT-2's stand-in character of a byte.
+fn gpt2_char(b: u8) -> char {
+    let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable {
+        return char::from(b);
+    }
+    let n = (0..b)
+        .filter(|&x| !matches!(x, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF))
+        .count() as u32;
+    char::from_u32(0x100 + n).unwrap()
+}
+
+fn load_model(file: &str) -> Tokenizer {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(file);
+    let f = kestrel_gguf::GgufFile::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-models.sh)", path.display()));
+    Tokenizer::from_gguf(&f).unwrap()
+}
+
+/// xorshift64
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+#[test]
+fn min_tokens_holds_on_the_test_models() {
+    let pool: Vec<char> = "aZ09½ \n\t\u{3000}!$<>|'sRE中é😀\u{200d}▁\u{4}\u{f2}"
+        .chars()
+        .collect();
+    let pieces = [
+        "<|im_start|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "        ",
+        "▁▁▁▁▁▁▁▁",
+        "================",
+        " the",
+        "\n\n",
+        "\u{4}\u{4}",
+    ];
+    // SmolLM2 has no token for some bytes (0x04, 0xF1, ...): a text of
+    // them encodes to nothing, and the bound leaves them out.
+    for file in [
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b-q4_k_m.gguf",
+    ] {
+        let t = load_model(file);
+        let max = t.max_bytes_per_token();
+        eprintln!("{file}: max bytes per token {max:?}");
+        assert!(max.is_some(), "{file}");
+        let mut texts: Vec<String> = pieces.iter().map(|p| p.repeat(300)).collect();
+        texts.extend(pool.iter().map(|c| c.to_string().repeat(1000)));
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        for _ in 0..300 {
+            let k = 1 + rng.below(6);
+            let sub: Vec<usize> = (0..k)
+                .map(|_| rng.below(pool.len() + pieces.len()))
+                .collect();
+            let text: String = (0..rng.below(300))
+                .map(|_| match sub[rng.below(k)] {
+                    i if i < pool.len() => pool[i].to_string(),
+                    i => pieces[i - pool.len()].to_string(),
+                })
+                .collect();
+            texts.push(text);
+        }
+        let mut densest = 0.0f64;
+        for text in &texts {
+            let n = t.encode(text, false, true).len();
+            assert!(
+                n >= t.min_tokens(text),
+                "{file}: {n} tokens for {} bytes, bound {max:?}: {text:?}",
+                text.len()
+            );
+            densest = densest.max(text.len() as f64 / n.max(1) as f64);
+        }
+        let Some(max) = max else { continue };
+        // Not absurdly loose: some text comes near it. The longest token's
+        // own text (SentencePiece: with ▁ as typed) repeated is one.
+        let longest = (0..t.vocab_size() as u32)
+            .filter(|&id| !t.is_control(id))
+            .max_by_key(|&id| t.token_text(id).map_or(0, str::len))
+            .unwrap();
+        let unit = match t.kind() {
+            kestrel_tokenizer::TokenizerKind::Spm => t.token_text(longest).unwrap().to_owned(),
+            kestrel_tokenizer::TokenizerKind::Bpe => {
+                String::from_utf8_lossy(&t.token_to_piece(longest, true)).into_owned()
+            }
+        };
+        let text = unit.repeat(50);
+        let n = t.encode(&text, false, true).len();
+        densest = densest.max(text.len() as f64 / n as f64);
+        eprintln!("{file}: densest text seen {densest:.1} bytes per token");
+        assert!(densest * 2.0 >= max as f64, "{file}: {densest} vs {max}");
+    }
 }
