@@ -202,3 +202,48 @@ fn bad_flags() {
         .unwrap();
     expect_error(&out, &["top-p"]);
 }
+
+/// `inspect` and `run` on a directory, a FIFO and an unreadable file: one
+/// line that says what the path is, at once (opening a FIFO for reading
+/// would wait for a writer), and the operating system's reason said once.
+#[test]
+fn not_a_file() {
+    let dir = std::env::temp_dir().join(format!("kestrel-not-a-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe.gguf");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    let unreadable = tmpfile("unreadable.gguf", b"GGUF");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let mut cases: Vec<(&Path, &str)> = vec![(&dir, "is a directory")];
+    if made.is_ok_and(|s| s.success()) {
+        cases.push((&fifo, "is a FIFO"));
+    }
+    // root reads any file: there the mode cannot make it unreadable.
+    if std::fs::File::open(&unreadable).is_err() {
+        cases.push((&unreadable, "permission denied"));
+    }
+    for (path, what) in cases {
+        for cmd in ["inspect", "run"] {
+            let out = if cmd == "run" {
+                run_model(path)
+            } else {
+                Command::new(env!("CARGO_BIN_EXE_kestrel"))
+                    .arg("inspect")
+                    .arg(path)
+                    .output()
+                    .expect("kestrel runs")
+            };
+            expect_error(&out, &[what]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: one line: {err}");
+            assert!(!err.contains("No such device"), "{cmd}: {err}");
+            if let Some((_, reason)) = err.split_once("os error") {
+                assert!(!reason.contains("os error"), "{cmd}: reason twice: {err}");
+            }
+        }
+    }
+}

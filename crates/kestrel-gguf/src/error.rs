@@ -8,12 +8,16 @@ use std::path::PathBuf;
 /// Why a GGUF file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("cannot read GGUF file {}: {source}", path.display())]
+    /// The reason is in the message and not a `source`: a chain printer
+    /// (anyhow's `{:#}`) would say it twice.
+    #[error("cannot read GGUF file {}: {reason}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        reason: std::io::Error,
     },
+
+    #[error("cannot read GGUF file {}: it is {what}, not a file", path.display())]
+    NotAFile { path: PathBuf, what: &'static str },
 
     #[error("not a GGUF file: magic bytes are {found:02x?} ({}), expected \"GGUF\"", String::from_utf8_lossy(found).escape_debug())]
     BadMagic { found: Vec<u8> },

@@ -135,15 +135,47 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// Opens `path` for reading if it is a regular file (or a link to one).
+/// Anything else is refused by name before it is opened: a directory opens
+/// and then fails to map with "No such device", and opening a FIFO blocks
+/// until some other process writes to it.
+fn open_regular(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::FileTypeExt;
+    let io_err = |reason| GgufError::Io {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let kind = std::fs::metadata(path).map_err(io_err)?.file_type();
+    let what = if kind.is_file() {
+        return std::fs::File::open(path).map_err(io_err);
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "something other than a regular file"
+    };
+    Err(GgufError::NotAFile {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
 impl GgufFile {
     /// Memory-maps `path` read-only and parses it.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
-        let io_err = |source| GgufError::Io {
+        let io_err = |reason| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            reason,
         };
-        let file = std::fs::File::open(path).map_err(io_err)?;
+        let file = open_regular(path)?;
         // SAFETY: the map is read-only and we never hand out mutable access.
         // Soundness additionally assumes the file is not truncated or
         // rewritten by another process while mapped; that is the usual
@@ -165,11 +197,11 @@ impl GgufFile {
     /// does not count towards the process's resident memory as well.
     fn read_to_huge_pages(path: &Path) -> Result<GgufFile> {
         use std::io::Read;
-        let io_err = |source| GgufError::Io {
+        let io_err = |reason| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            reason,
         };
-        let mut file = std::fs::File::open(path).map_err(io_err)?;
+        let mut file = open_regular(path)?;
         let len = file.metadata().map_err(io_err)?.len();
         let len = usize::try_from(len).map_err(|_| {
             io_err(std::io::Error::other(format!(
