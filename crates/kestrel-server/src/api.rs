@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::ApiError;
+use crate::prepare::Preparation;
 use crate::request::{self, Api, GenRequest};
 use crate::worker::{Event, Loaded, Shared};
 
@@ -153,38 +154,42 @@ async fn generate_from(
     source: Source,
 ) -> Result<Response, ApiError> {
     let shared = s.clone();
-    let (l, req, rx, prefill, prompt, n_prompt) = off_async(move || {
-        let l = shared.loaded()?;
-        let o = parse_request(&body, api)?;
-        let (tokens, prefill) = match (source, api) {
-            (Source::Infill, _) => {
-                let tokens = request::infill_tokens(
-                    &o,
-                    &l.engine.tokenizer,
-                    request::INFILL_BATCH,
-                    shared.config.n_predict,
-                    l.n_ctx,
-                )?;
-                (tokens, None)
-            }
-            (_, Api::Chat | Api::Responses | Api::Messages) => {
-                let (text, prefill) = chat_prompt(&l.engine, &o)?;
-                (l.engine.tokenize_prompt(&text), prefill)
-            }
-            (_, Api::Completions | Api::Llama) => (request::prompt_tokens(&o, &l.engine)?, None),
-        };
-        let prompt = match api {
-            // Special tokens written out, as llama-server shows the prompt.
-            Api::Llama => l.engine.tokenizer.decode(&tokens, true),
-            _ => String::new(),
-        };
-        let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
-        request::check_prompt_len(&tokens, l.n_ctx)?;
-        let n_prompt = tokens.len();
-        let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
-        Ok((l, req, rx, prefill, prompt, n_prompt))
-    })
-    .await?;
+    let (l, req, rx, prefill, prompt, n_prompt) =
+        off_async(s.prepare.clone(), body.len(), move || {
+            let l = shared.loaded()?;
+            let o = parse_request(&body, api)?;
+            let (tokens, prefill) = match (source, api) {
+                (Source::Infill, _) => {
+                    let tokens = request::infill_tokens(
+                        &o,
+                        &l.engine.tokenizer,
+                        request::INFILL_BATCH,
+                        shared.config.n_predict,
+                        l.n_ctx,
+                    )?;
+                    (tokens, None)
+                }
+                (_, Api::Chat | Api::Responses | Api::Messages) => {
+                    let (text, prefill) = chat_prompt(&l.engine, &o)?;
+                    let tokens = request::tokenize_within(&l.engine, &text, l.n_ctx)?;
+                    (tokens, prefill)
+                }
+                (_, Api::Completions | Api::Llama) => {
+                    (request::prompt_tokens(&o, &l.engine, l.n_ctx)?, None)
+                }
+            };
+            let prompt = match api {
+                // Special tokens written out, as llama-server shows the prompt.
+                Api::Llama => l.engine.tokenizer.decode(&tokens, true),
+                _ => String::new(),
+            };
+            let req = request::gen_request(&o, api, &l.engine, l.n_ctx, shared.config.n_predict)?;
+            request::check_prompt_len(&tokens, l.n_ctx)?;
+            let n_prompt = tokens.len();
+            let rx = shared.submit(tokens, req.params.clone(), req.cache_prompt)?;
+            Ok((l, req, rx, prefill, prompt, n_prompt))
+        })
+        .await?;
     let shape = Shape {
         api,
         id: new_id(api),
@@ -899,7 +904,7 @@ fn chat_prompt(
 /// llama-server's `POST /apply-template`: the prompt a chat request's
 /// messages become, without generating.
 pub async fn apply_template(State(s): AppState, body: Bytes) -> Response {
-    off_async(move || {
+    off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = request::parse_object(&body)?;
         let (prompt, _) = chat_prompt(&l.engine, &o)?;
@@ -926,7 +931,7 @@ pub async fn anthropic_count_tokens(State(s): AppState, body: Bytes) -> Response
 }
 
 async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Response {
-    off_async(move || {
+    off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = parse_request(&body, api)?;
         let (prompt, _) = chat_prompt(&l.engine, &o)?;
@@ -941,7 +946,7 @@ async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Response {
 }
 
 pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {
-    off_async(move || {
+    off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = request::parse_object(&body)?;
         let content = request::get_str(&o, "content")?
@@ -976,7 +981,7 @@ pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {
 }
 
 pub async fn detokenize(State(s): AppState, body: Bytes) -> Response {
-    off_async(move || {
+    off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = request::parse_object(&body)?;
         let n_vocab = l.engine.model.spec.hparams.n_vocab;
@@ -1009,12 +1014,23 @@ pub async fn detokenize(State(s): AppState, body: Bytes) -> Response {
 /// chat, tokenizing or detokenizing) on tokio's blocking threads: on the
 /// two async workers three 8 MB `/tokenize` requests held `/health` up
 /// for a second. A panic there is this request's 500, not the server's.
+///
+/// Work on a body of `body_len` bytes from [`crate::prepare::HEAVY_BODY`] up
+/// waits its turn ([`Preparation`]), so that a burst of large
+/// bodies costs the memory of a few at a time; smaller ones go at once.
 async fn off_async<T: Send + 'static>(
+    prepare: Preparation,
+    body_len: usize,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error: {e}"))))
+    let turn = prepare.turn(body_len).await;
+    tokio::task::spawn_blocking(move || {
+        let out = work();
+        drop(turn);
+        out
+    })
+    .await
+    .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error: {e}"))))
 }
 
 pub async fn props(State(s): AppState) -> Response {
@@ -1062,6 +1078,7 @@ pub async fn props(State(s): AppState) -> Response {
         "endpoint_props": true,
         "endpoint_metrics": s.config.metrics,
         "modalities": {"vision": false, "audio": false},
+        "max_body_bytes": crate::MAX_BODY,
         "build_info": fingerprint(),
     }))
 }

@@ -38,6 +38,20 @@ impl ApiError {
             ))
         }
     }
+    /// As [`ApiError::exceeds_context`] for a prompt refused on its length
+    /// in bytes before it was tokenized: `n_prompt_tokens` is the fewest
+    /// tokens `n_bytes` can make.
+    pub fn exceeds_context_at_least(
+        n_prompt_tokens: usize,
+        n_bytes: usize,
+        n_ctx: usize,
+    ) -> ApiError {
+        let mut e = ApiError::exceeds_context(n_prompt_tokens, n_ctx);
+        e.message = format!(
+            "the prompt's {n_bytes} bytes make at least {n_prompt_tokens} tokens, which does not fit the context of {n_ctx} tokens"
+        );
+        e
+    }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }

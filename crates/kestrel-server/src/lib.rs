@@ -13,7 +13,9 @@
 
 pub mod api;
 pub mod error;
+mod memory;
 mod parse_errors;
+pub mod prepare;
 pub mod request;
 pub mod worker;
 
@@ -23,7 +25,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -68,8 +70,8 @@ pub struct ServeConfig {
 /// How long in-flight requests get after SIGINT/SIGTERM before the server exits.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// The largest request body accepted (413 above).
-const MAX_BODY: usize = 8 << 20;
+/// The largest request body accepted (413 above); `/props` states it.
+pub const MAX_BODY: usize = 8 << 20;
 
 /// Runs the server until SIGINT/SIGTERM; fails if the model cannot be loaded
 /// or the address cannot be bound.
@@ -92,6 +94,7 @@ async fn run(config: ServeConfig) -> Result<()> {
         shutdown: Default::default(),
         metrics: Metrics::default(),
         slots: Default::default(),
+        prepare: Default::default(),
     });
     let app = router(shared.clone());
     let cfg = &shared.config;
@@ -278,6 +281,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/embeddings", post(api::embeddings))
         .route("/embedding", post(api::embeddings))
         .fallback(api::not_found)
+        // `read_body` is the one body limit (MAX_BODY, 413 in Kestrel's
+        // shape); axum's own 2 MB default for the `Bytes` extractor would
+        // refuse bodies between the two in plain text.
+        .layer(DefaultBodyLimit::disable())
         // The body is read after the key is checked: a client without one
         // makes the server buffer nothing.
         .layer(middleware::from_fn_with_state(shared.clone(), read_body))

@@ -1065,7 +1065,7 @@ pub fn take_prefill(messages: &mut Vec<ChatMessage>) -> Result<Option<String>, A
 /// The prompt of a completion request as tokens: a string (tokenized with
 /// BOS as the vocabulary asks), a one-element array of a string, or token
 /// ids (used as given).
-pub fn prompt_tokens(o: &Obj, engine: &Engine) -> Result<Vec<u32>, ApiError> {
+pub fn prompt_tokens(o: &Obj, engine: &Engine, n_ctx: usize) -> Result<Vec<u32>, ApiError> {
     let v = o
         .get("prompt")
         .ok_or_else(|| ApiError::bad_request("'prompt' is required"))?;
@@ -1085,9 +1085,9 @@ pub fn prompt_tokens(o: &Obj, engine: &Engine) -> Result<Vec<u32>, ApiError> {
             .collect()
     };
     let tokens = match v {
-        Value::String(s) => engine.tokenize_prompt(s),
+        Value::String(s) => tokenize_within(engine, s, n_ctx)?,
         Value::Array(a) => match a.as_slice() {
-            [Value::String(s)] => engine.tokenize_prompt(s),
+            [Value::String(s)] => tokenize_within(engine, s, n_ctx)?,
             [Value::Array(inner)] => ids(inner)?,
             [_, _, ..] if a.iter().all(Value::is_string) => {
                 return Err(ApiError::bad_request(
@@ -1105,6 +1105,22 @@ pub fn prompt_tokens(o: &Obj, engine: &Engine) -> Result<Vec<u32>, ApiError> {
         }
     };
     Ok(tokens)
+}
+
+/// Tokenizes a prompt's text, unless its length alone shows that it cannot
+/// fit `n_ctx`: no token stands for more than the vocabulary's longest
+/// token's bytes, so a text of `n` bytes has at least `n / longest` tokens.
+/// An 8 MiB prompt is then refused before anything is built for it.
+pub fn tokenize_within(engine: &Engine, text: &str, n_ctx: usize) -> Result<Vec<u32>, ApiError> {
+    let at_least = engine.tokenizer.min_tokens(text);
+    if at_least >= n_ctx {
+        return Err(ApiError::exceeds_context_at_least(
+            at_least,
+            text.len(),
+            n_ctx,
+        ));
+    }
+    Ok(engine.tokenize_prompt(text))
 }
 
 /// A prompt that the generation can take: not empty, and shorter than the

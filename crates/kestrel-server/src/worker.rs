@@ -103,6 +103,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The slots as of the last step, for `/slots`.
     pub slots: Mutex<Vec<SlotInfo>>,
+    /// Turns for preparing large requests.
+    pub prepare: crate::prepare::Preparation,
 }
 
 impl Shared {

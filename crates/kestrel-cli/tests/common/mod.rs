@@ -1,0 +1,2 @@
+//! Helpers shared by the CLI's test binaries.
+pub mod server;

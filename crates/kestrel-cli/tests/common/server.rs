@@ -1,0 +1,244 @@
+//! The `kestrel serve` test harness: starts the real binary on a free port
+//! and talks raw HTTP/1.1 to it over TcpStream, so that what the tests check
+//! is exactly what a client sees on the wire.
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub fn model() -> PathBuf {
+    model_file("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+pub fn model_file(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        p.display()
+    );
+    p
+}
+
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `kestrel serve` with `extra` flags and waits for /health 200.
+pub fn start(extra: &[&str]) -> Server {
+    start_ctx("512", extra)
+}
+
+/// [`start`] with a context of `ctx` tokens.
+pub fn start_ctx(ctx: &str, extra: &[&str]) -> Server {
+    start_model(model(), ctx, extra)
+}
+
+/// [`start_ctx`] with another model.
+pub fn start_model(model: PathBuf, ctx: &str, extra: &[&str]) -> Server {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(["serve", "-m"])
+        .arg(model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", "2", "-c", ctx])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kestrel starts");
+    let mut s = Server { child, port };
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            panic!("kestrel serve exited early: {status}");
+        }
+        if let Ok(r) = try_request(port, "GET", "/health", &[], b"") {
+            if r.status == 200 {
+                assert_eq!(r.json(), json!({"status": "ok"}));
+                break;
+            }
+            assert_eq!(r.status, 503, "health while loading: {}", r.text());
+            assert_eq!(r.json()["error"]["message"], "Loading model");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "server not ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    /// The `data:` payloads of an SSE body.
+    pub fn events(&self) -> Vec<String> {
+        self.text()
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// One request on a fresh TCP connection (`Connection: close`); the body is
+/// de-chunked.
+pub fn try_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(s, method, path, headers, body)
+}
+
+/// Sends one request over `s` and reads the whole reply.
+pub fn exchange<S: Read + Write>(
+    s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let (mut r, status, headers) = send(s, method, path, headers, body)?;
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(chunk) = next_chunk(&mut r)? {
+            body.extend_from_slice(&chunk);
+        }
+    } else {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+pub type Headers = Vec<(String, String)>;
+pub type Head = (u16, Headers);
+
+/// Sends one request and reads the status line and headers.
+pub fn send<S: Read + Write>(
+    mut s: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(BufReader<S>, u16, Headers)> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut r = BufReader::new(s);
+    let (status, headers): Head = read_head(&mut r)?;
+    Ok((r, status, headers))
+}
+
+pub fn read_head<R: BufRead>(r: &mut R) -> std::io::Result<Head> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    Ok((status, headers))
+}
+
+/// The next chunk of a chunked body; `None` at its end.
+pub fn next_chunk<R: BufRead>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let n = usize::from_str_radix(line.trim(), 16)
+        .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
+    let mut chunk = vec![0; n + 2];
+    r.read_exact(&mut chunk)?;
+    chunk.truncate(n);
+    Ok((n > 0).then_some(chunk))
+}
+
+pub fn request(port: u16, method: &str, path: &str, body: &str) -> Reply {
+    try_request(port, method, path, &[], body.as_bytes()).expect("request")
+}
+
+pub fn post(port: u16, path: &str, body: &Value) -> Reply {
+    request(port, "POST", path, &body.to_string())
+}
+
+pub fn assert_error(r: &Reply, status: u16, what: &str) {
+    assert_eq!(r.status, status, "{what}: {}", r.text());
+    let v = r.json();
+    let e = &v["error"];
+    assert_eq!(e["code"], status, "{what}: {v}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {v}"
+    );
+    assert!(e["type"].is_string(), "{what}: {v}");
+}
