@@ -2,6 +2,9 @@
 # The whole test suite: fetches the test models (idempotent), installs the
 # openai and anthropic packages and (as root, where missing) Mesa's software Vulkan, then
 # runs every workspace test. The parity tests compare against committed llama.cpp fixtures.
+# Every test binary runs even when one fails (--no-fail-fast); the run ends
+# with the counts and the name of each failed test. Extra arguments go to
+# `cargo test`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -16,4 +19,9 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
     fi
 fi
 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -r tests/openai/requirements.txt
-cargo test --workspace "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+python3 scripts/test-summary.py "$log" "all"
+exit "$status"
