@@ -269,16 +269,7 @@ mod tests {
         assert_eq!(ranks.len(), 2);
     }
 
-    /// xorshift64
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// Obviously right and slow: merge the best-ranked pair (leftmost on
     /// ties) until none is left. Works on stand-in strings.

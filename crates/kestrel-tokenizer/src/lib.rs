@@ -13,6 +13,8 @@ mod pretokenize;
 mod spm;
 mod stream;
 mod symbols;
+#[cfg(test)]
+mod test_rng;
 mod tokenizer;
 mod unicode;
 mod unicode_table;

@@ -742,16 +742,7 @@ mod tests {
         }
     }
 
-    /// xorshift64
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn streaming_matches_the_code_point_reference() {

@@ -202,16 +202,7 @@ mod tests {
         assert!(s.iter().all(|&x| score_key(x) != NO_PAIR));
     }
 
-    /// xorshift64
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// Obviously right and slow: merge the highest-scoring pair that is a
     /// token (leftmost on ties) until none is left.
