@@ -269,6 +269,29 @@ fn serve_endpoints() {
             .map(|t| t.len() as u64),
         used.as_u64()
     );
+    // With pieces: the same ids, each with its text, or its bytes where
+    // they are no UTF-8 alone (the emoji's), which together spell the text.
+    let emoji_text = "Hi 😀 there";
+    let plain = post(port, "/tokenize", &json!({ "content": emoji_text })).json();
+    let pieces = post(
+        port,
+        "/tokenize",
+        &json!({"content": emoji_text, "with_pieces": true}),
+    )
+    .json();
+    let pieces = pieces["tokens"].as_array().unwrap();
+    let ids: Vec<Value> = pieces.iter().map(|p| p["id"].clone()).collect();
+    assert_eq!(Value::from(ids), plain["tokens"], "{pieces:?}");
+    let mut spelled = Vec::new();
+    for p in pieces {
+        match &p["piece"] {
+            Value::String(s) => spelled.extend_from_slice(s.as_bytes()),
+            Value::Array(b) => spelled.extend(b.iter().map(|x| x.as_u64().unwrap() as u8)),
+            other => panic!("piece {other}"),
+        }
+    }
+    assert_eq!(String::from_utf8(spelled).unwrap(), emoji_text);
+    assert!(pieces.iter().any(|p| p["piece"].is_array()), "{pieces:?}");
     assert_error(
         &post(port, "/apply-template", &json!({"messages": []})),
         400,
