@@ -4,6 +4,7 @@
 //! of their answers.
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -972,7 +973,7 @@ pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {
                 out.push(',');
             }
             if !with_pieces {
-                out.push_str(&id.to_string());
+                let _ = write!(out, "{id}");
                 continue;
             }
             let (text, bytes) = piece(&l.engine, id);
@@ -982,7 +983,7 @@ pub async fn tokenize(State(s): AppState, body: Bytes) -> Response {
             } else {
                 json!(bytes)
             };
-            out.push_str(&format!("{{\"id\":{id},\"piece\":{p}}}"));
+            let _ = write!(out, "{{\"id\":{id},\"piece\":{p}}}");
         }
         out.push_str("]}");
         Ok(json_text(StatusCode::OK, out))
