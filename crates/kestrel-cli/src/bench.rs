@@ -2,20 +2,17 @@
 //! llama-bench measures it, so the two tools' numbers can be set side by side.
 //!
 //! For each test a warm-up run (not counted), then `-r` repetitions, each
-//! from a fresh KV cache. `ppN` times one forward pass over N tokens; `tgN`
-//! times N one-token forward passes at positions 0..N, feeding pre-drawn
-//! tokens (no sampling, no end-of-generation check). Only the forward calls
-//! are inside the clock. Token ids are random, led by BOS when the
-//! vocabulary adds one, as llama-bench draws them.
+//! from an empty KV cache, through the engine's backend calls on either
+//! device: `ppN` times one step over N tokens (random ids, led by BOS when
+//! the vocabulary adds one, as llama-bench draws them) that ends with the
+//! first token chosen; `tgN` times N one-token decode steps from the first
+//! token, each step's token chosen greedily on the device and fed to the
+//! next step there, read back one step behind (as `run` decodes; no
+//! end-of-generation check). Only the steps are inside the clock.
 //!
 //! After the model tests it records the peak RSS and then probes the memory
-//! read bandwidth, so the probe's buffer does not inflate the RSS figure.
-//!
-//! `--device gpu` runs the same tests on the GPU model: `ppN` prefills the
-//! prompt in chunks of positions that share weight reads and waits for the
-//! last token; `tgN` is the pipelined decode loop, each step's
-//! token chosen greedily on the device and fed to the next step there,
-//! read back one step behind. The bandwidth probe (host memory) is skipped.
+//! read bandwidth (CPU only), so the probe's buffer does not inflate the
+//! RSS figure.
 
 mod membw;
 mod report;
@@ -26,7 +23,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use kestrel_engine::{Engine, Logits};
+use kestrel_engine::backend::{Feed, SeqId, Want};
+use kestrel_engine::{Backend, BackendOptions, Device, Engine};
 use kestrel_gguf::GgufFile;
 use kestrel_sampling::XorShift;
 
@@ -104,32 +102,60 @@ pub struct BenchArgs {
     bw_paired: usize,
     /// Where to run the tests: cpu, gpu, or auto (a hardware GPU if any).
     #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: crate::gpu::Device,
+    device: crate::device::DeviceArg,
     /// llama.cpp's `-ngl`: any value above 0 runs on the GPU.
     #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
     n_gpu_layers: Option<i64>,
 }
 
-/// What runs the tests.
-enum Runner<'e> {
-    Cpu(&'e Engine),
-    Gpu(Box<kestrel_gpu::model::GpuModel>),
+/// What runs the tests: a backend with one sequence.
+struct Runner {
+    backend: Box<dyn Backend>,
+    seq: SeqId,
 }
 
-impl Runner<'_> {
-    fn prompt(&self, tokens: &[u32]) -> Result<u64> {
-        match self {
-            Runner::Cpu(engine) => Ok(run_prompt(engine, tokens)),
-            Runner::Gpu(model) => gpu_prompt(model, tokens),
-        }
+impl Runner {
+    /// One step over `tokens` from an empty cache that ends with the next
+    /// token chosen; its nanoseconds.
+    fn prompt(&mut self, tokens: &[u32]) -> Result<u64> {
+        let seq = self.seq;
+        self.backend.start(seq, tokens, 0, &plain_greedy())?;
+        let t0 = Instant::now();
+        self.backend.submit(&[Feed {
+            seq,
+            from: 0,
+            to: tokens.len(),
+            want: Want::Next { logits: false },
+        }])?;
+        std::hint::black_box(self.backend.read()?);
+        Ok(nanos(t0))
     }
 
-    fn generation(&self, tokens: &[u32]) -> Result<u64> {
-        match self {
-            Runner::Cpu(engine) => Ok(run_generation(engine, tokens)),
-            Runner::Gpu(model) => gpu_generation(model, tokens),
+    /// `tokens.len()` pipelined decode steps from the first token: each
+    /// step's greedy pick is the next step's input; step N+1 is submitted
+    /// before step N's token is read. Its nanoseconds.
+    fn generation(&mut self, tokens: &[u32]) -> Result<u64> {
+        let seq = self.seq;
+        self.backend.start(seq, &tokens[..1], 0, &plain_greedy())?;
+        let t0 = Instant::now();
+        for pos in 0..tokens.len() {
+            self.backend.submit(&[Feed {
+                seq,
+                from: pos,
+                to: pos + 1,
+                want: Want::Next { logits: false },
+            }])?;
+            if pos > 0 {
+                std::hint::black_box(self.backend.read()?);
+            }
         }
+        std::hint::black_box(self.backend.read()?);
+        Ok(nanos(t0))
     }
+}
+
+fn nanos(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One test to run: a prompt of `n_prompt` tokens or `n_gen` decode steps.
@@ -201,32 +227,29 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bail!("the model's vocabulary is empty");
     }
 
-    let on_gpu = crate::gpu::choose(a.device, a.n_gpu_layers) == crate::gpu::Device::Gpu;
-    let (runner, backend) = if on_gpu {
-        let gpu = kestrel_gpu::Gpu::new()?;
-        let backend = gpu.adapter.backend.clone();
-        if a.progress {
-            eprintln!("kestrel bench: device {}", gpu.adapter);
-        }
-        let n_ctx = tests
-            .iter()
-            .map(|t| t.n_prompt + t.n_gen)
-            .max()
-            .unwrap_or(1)
-            + 1;
-        let model = kestrel_gpu::model::GpuModel::load(
-            gpu,
-            engine.file.clone(),
-            engine.model.spec.clone(),
-            n_ctx,
-        )?;
-        (Runner::Gpu(Box::new(model)), backend)
-    } else {
-        (Runner::Cpu(&engine), "CPU".to_string())
-    };
+    let device = crate::device::choose(a.device, a.n_gpu_layers);
+    let on_gpu = device == Device::Gpu;
+    let n_ctx = tests
+        .iter()
+        .map(|t| t.n_prompt + t.n_gen)
+        .max()
+        .unwrap_or(1)
+        + 1;
+    let mut backend = engine.backend(BackendOptions {
+        device,
+        n_ctx,
+        swa_full: false,
+    })?;
+    let facts = backend.facts().clone();
+    if on_gpu && a.progress {
+        eprintln!("kestrel bench: device {}", facts.name);
+    }
+    let backend_name = if on_gpu { facts.api } else { "CPU".to_string() };
+    let seq = backend.create_seq()?;
+    let mut runner = Runner { backend, seq };
     let results = tests
         .iter()
-        .map(|t| measure(&engine, &runner, *t, &a))
+        .map(|t| measure(&engine, &mut runner, *t, &a))
         .collect::<Result<Vec<TestResult>>>()?;
 
     let peak_rss = membw::peak_rss_bytes();
@@ -248,7 +271,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         tests
             .iter()
             .filter(|t| t.n_prompt == 0 && t.n_gen > 0)
-            .map(|t| measure_paired(&engine, &runner, *t, &a, &probe, model.decode_bytes))
+            .map(|t| measure_paired(&engine, &mut runner, *t, &a, &probe, model.decode_bytes))
             .collect::<Result<Vec<Paired>>>()?
     } else {
         Vec::new()
@@ -256,7 +279,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
 
     let report = Report {
         model,
-        backend,
+        backend: backend_name,
         threads: engine.model.threads(),
         tests: results,
         bandwidth,
@@ -283,7 +306,12 @@ fn test_tokens(engine: &Engine, len: usize) -> Vec<u32> {
 }
 
 /// Runs one test: the warm-up, then the timed repetitions.
-fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> Result<TestResult> {
+fn measure(
+    engine: &Engine,
+    runner: &mut Runner,
+    spec: TestSpec,
+    a: &BenchArgs,
+) -> Result<TestResult> {
     let len = spec.n_prompt + spec.n_gen;
     let tokens = test_tokens(engine, len);
     let name = test_name(spec.n_prompt, spec.n_gen);
@@ -328,7 +356,7 @@ fn measure(engine: &Engine, runner: &Runner, spec: TestSpec, a: &BenchArgs) -> R
 /// model is warm from the test itself.
 fn measure_paired(
     engine: &Engine,
-    runner: &Runner,
+    runner: &mut Runner,
     spec: TestSpec,
     a: &BenchArgs,
     probe: &membw::Probe,
@@ -396,68 +424,12 @@ pub(crate) fn draw_tokens(len: usize, n_vocab: usize, lead: Option<u32>) -> Vec<
     out
 }
 
-/// One forward pass over `tokens` from an empty cache; returns its nanoseconds.
-fn run_prompt(engine: &Engine, tokens: &[u32]) -> u64 {
-    // The cache is made outside the clock. Its pages are first touched
-    // inside it, which costs well under a millisecond at these sizes.
-    let mut cache = engine.model.new_cache(tokens.len());
-    let t0 = Instant::now();
-    let logits = engine.model.forward(tokens, 0, &mut cache, Logits::Last);
-    let ns = t0.elapsed().as_nanos();
-    std::hint::black_box(logits);
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
-/// One-token forward passes at positions 0.., from an empty cache.
-fn run_generation(engine: &Engine, tokens: &[u32]) -> u64 {
-    let mut cache = engine.model.new_cache(tokens.len());
-    let t0 = Instant::now();
-    for (pos, tok) in tokens.iter().enumerate() {
-        let logits = engine
-            .model
-            .forward(std::slice::from_ref(tok), pos, &mut cache, Logits::Last);
-        std::hint::black_box(logits);
-    }
-    let ns = t0.elapsed().as_nanos();
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
 /// Greedy selection with nothing applied before the maximum.
-fn plain_greedy() -> kestrel_gpu::sample::SampleParams {
-    kestrel_gpu::sample::SampleParams {
+fn plain_greedy() -> kestrel_sampling::SamplerParams {
+    kestrel_sampling::SamplerParams {
         temperature: 0.0,
         ..Default::default()
     }
-}
-
-/// The prompt through the GPU model from a fresh sequence, prefilled in
-/// chunks; the clock stops when the last step's token is back.
-fn gpu_prompt(model: &kestrel_gpu::model::GpuModel, tokens: &[u32]) -> Result<u64> {
-    let seq = model.new_seq();
-    model.write_tokens(&seq, 0, tokens)?;
-    let t0 = Instant::now();
-    model.prefill(&seq, 0, tokens.len() - 1)?;
-    let last = model.step_async(&seq, tokens.len() - 1, &plain_greedy())?;
-    std::hint::black_box(last.wait(&model.gpu)?);
-    Ok(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// `tokens.len()` pipelined decode steps from the first token: each step's
-/// greedy pick (made on the device) is the next step's input; step N+1 is
-/// submitted before step N's token is read.
-fn gpu_generation(model: &kestrel_gpu::model::GpuModel, tokens: &[u32]) -> Result<u64> {
-    let seq = model.new_seq();
-    model.write_tokens(&seq, 0, &tokens[..1])?;
-    let greedy = plain_greedy();
-    let t0 = Instant::now();
-    let mut pending = model.step_async(&seq, 0, &greedy)?;
-    for pos in 1..tokens.len() {
-        let next = model.step_async(&seq, pos, &greedy)?;
-        std::hint::black_box(pending.wait(&model.gpu)?);
-        pending = next;
-    }
-    std::hint::black_box(pending.wait(&model.gpu)?);
-    Ok(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ pub struct PerplexityArgs {
     weights: crate::WeightArgs,
     /// Where to evaluate: cpu, gpu, or auto (a hardware GPU if any).
     #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: crate::gpu::Device,
+    device: crate::device::DeviceArg,
     /// llama.cpp's `-ngl`: any value above 0 evaluates on the GPU.
     #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
     n_gpu_layers: Option<i64>,
@@ -126,26 +126,9 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         swa_full: a.swa_full,
     };
     let stdout = std::io::stdout();
-    let on_gpu = crate::gpu::choose(a.device, a.n_gpu_layers) == crate::gpu::Device::Gpu;
-    let gpu_model = if on_gpu {
-        let gpu = kestrel_gpu::Gpu::new()?;
-        eprintln!("perplexity: device {}", gpu.adapter);
-        Some(kestrel_gpu::model::GpuModel::load(
-            gpu,
-            engine.file.clone(),
-            engine.model.spec.clone(),
-            n_ctx,
-        )?)
-    } else {
-        None
-    };
-    let n_batch_cpu = n_batch_eff;
-    let lls_of = |chunk: &[u32], first: usize| match &gpu_model {
-        Some(model) => gpu_log_likelihoods(model, chunk, first).map_err(|e| e.to_string()),
-        None => Ok(engine.chunk_log_likelihoods(chunk, n_batch_cpu, first, a.swa_full)),
-    };
+    let device = crate::device::choose(a.device, a.n_gpu_layers);
     let started = Instant::now();
-    let result = engine.perplexity_with(&tokens, &params, lls_of, |r| {
+    let result = engine.perplexity(&tokens, &params, device, |r| {
         let mut out = stdout.lock();
         let _ = write!(out, "[{}]{:.4},", r.chunk, r.ppl);
         let _ = out.flush();
@@ -174,27 +157,4 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Log-likelihoods of tokens `first+1..` of one chunk on the GPU model:
-/// the tokens before `first` only fill the cache; from there each step's
-/// logits are read back and scored as the CPU path scores them.
-fn gpu_log_likelihoods(
-    model: &kestrel_gpu::model::GpuModel,
-    chunk: &[u32],
-    first: usize,
-) -> Result<Vec<f64>, kestrel_gpu::GpuError> {
-    let seq = model.new_seq();
-    model.write_tokens(&seq, 0, chunk)?;
-    let mut lls = Vec::with_capacity(chunk.len().saturating_sub(first + 1));
-    model.prefill(&seq, 0, first)?;
-    for pos in first..chunk.len() - 1 {
-        model.step_logits(&seq, pos)?;
-        let row = model.read_logits()?;
-        lls.push(kestrel_engine::perplexity::log_softmax(
-            &row,
-            chunk[pos + 1],
-        ));
-    }
-    Ok(lls)
 }

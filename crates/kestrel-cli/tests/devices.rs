@@ -76,7 +76,7 @@ fn greedy_text_on_the_gpu_equals_the_cpu() {
     for ((cpu, gpu), p) in runs.into_iter().zip(prompts) {
         let (cpu, gpu) = (cpu.join().unwrap(), gpu.join().unwrap());
         assert!(cpu.trim().len() > 20, "{p:?}: {cpu:?}");
-        let libm = if kestrel_gpu::exact::host_expf_is_glibc_fma() {
+        let libm = if kestrel_engine::backend::gpu::host_expf_is_glibc_fma() {
             ""
         } else {
             " (this host's libm is not glibc's FMA build, which the GPU emulates)"

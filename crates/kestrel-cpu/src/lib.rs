@@ -115,7 +115,7 @@ pub struct KvCache {
 
 /// llama.cpp's default micro-batch (`n_ubatch`): its sliding-window cache
 /// holds the window plus one micro-batch.
-const N_UBATCH: usize = 512;
+pub const N_UBATCH: usize = 512;
 
 impl KvCache {
     pub fn n_ctx(&self) -> usize {
@@ -954,7 +954,7 @@ const KEEP_LOGITS: usize = 1 << 22;
 /// (`llama_kv_cache_iswa`: the window plus a micro-batch, at most the
 /// context rounded up to 256, itself rounded up to 256), where that is
 /// fewer than the context's: else 0 (positions never wrap).
-fn swa_ring(hp: &kestrel_model::HParams, n_ctx: usize) -> usize {
+pub fn swa_ring(hp: &kestrel_model::HParams, n_ctx: usize) -> usize {
     if hp.sliding_window == 0 || !hp.swa_layers.iter().any(|&w| w) {
         return 0;
     }

@@ -1,44 +1,47 @@
-//! Continuous batching: up to `n_slots` sequences generate together, one
-//! batched forward pass per step ([`CpuModel::forward_batch`]), each in a
-//! slot with its own share of the context and its own KV cache. A sequence
-//! joins between steps, prefills its prompt in chunks while the others keep
-//! decoding, and leaves when it stops or is cancelled, freeing its slot for
-//! the next.
+//! The scheduler: the one decode loop. Up to `n_slots` sequences generate
+//! together on a [`Backend`], one step at a time, each in a slot with its
+//! own share of the context and its own KV cache. A sequence joins between
+//! steps, prefills its prompt in chunks while the others keep decoding,
+//! and leaves when it stops or is cancelled, freeing its slot for the next.
+//! `run` is one slot, `serve` is `-np` slots, on either device.
+//!
+//! A step feeds every decoding sequence's last token and, oldest first,
+//! about one chunk of prompt in all; the backend chooses each sequence's
+//! next token on the device that ran the pass and appends it to the
+//! sequence's history there. The loop submits step N+1 before it reads
+//! step N ("one step behind"), so the device computes while the host
+//! detokenizes, matches stop strings and calls the sinks. Stop strings,
+//! EOS and limits are judged on the tokens as they come back; a step
+//! already submitted for a sequence that ended is not used.
 //!
 //! Each sequence gets the output it would get alone, bit for bit:
 //! - the batched pass gives every row the kernels of its own sequence
-//!   (see `forward_batch`);
+//!   (see `CpuModel::forward_batch`; on the GPU, `GpuModel::step_batch`);
 //! - prompt chunks start at fixed positions (multiples of `chunk`), so the
-//!   attention path of every prompt token (ggml's one-query path below
-//!   [`TILED_MIN_QUERIES`] queries, tiles above) does not depend on which
-//!   other requests were running;
-//! - a reused cache prefix is shortened where needed to keep those paths;
-//! - sampling, stop strings and logprobs go through the same code as
-//!   [`Engine::generate`] (the tests hold the two to the same tokens).
-//!
-//! On the GPU ([`Batch::on_gpu`]) a step is one submission of
-//! [`GpuModel::step_batch`]: every decoding sequence's token is chosen on the
-//! device and written into its history there, and the host reads it one
-//! step later, after the next step is submitted, so the device never waits
-//! for the host. Stop strings, EOS and limits are judged on the tokens as
-//! they come back; a step already submitted for a sequence that ended is
-//! not read. Prompts go in with [`GpuModel::prefill`], whose positions get
-//! the bits one-token steps give them, so any cached prefix is reusable.
-//!
-//! [`CpuModel::forward_batch`]: kestrel_cpu::CpuModel::forward_batch
+//!   attention path of every prompt token does not depend on which other
+//!   requests were running;
+//! - a reused cache prefix is shortened where the backend says it must be
+//!   ([`Backend::reusable_prefix`]);
+//! - sampling is the backend's, seeded per sequence; stop strings and
+//!   logprobs go through one [`Emitter`] per sequence.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Instant;
 
-use kestrel_cpu::attention::TILED_MIN_QUERIES;
-use kestrel_cpu::{KvCache, Logits, SeqInput};
-use kestrel_gpu::model::{GpuModel, GpuSeq, PendingToken, MAX_SEQS};
-use kestrel_gpu::sample::SampleParams;
-use kestrel_sampling::{logprobs, Sampler, TokenLogprobs, XorShift};
+use kestrel_sampling::{logprobs, TokenLogprobs};
 
+use crate::backend::{Backend, Feed, Output, SeqId, Want};
 use crate::generate::Emitter;
 use crate::{Engine, EngineError, GenStats, GenerateParams, Generation, StopReason, TokenEvent};
+
+/// Prompt tokens fed per step (a chunk), as `run` and `serve` feed them:
+/// llama.cpp's micro-batch, so that a prompt's rows meet the same kernels
+/// as in llama.cpp (a row's kernels depend on its pass: with 256, a
+/// 310-token prompt's last 54 rows took the one-query attention instead
+/// of the tiled one, and SmolLM2's greedy text parted from llama.cpp's at
+/// the fifth token); small enough that a long prompt holds the running
+/// streams up for a fraction of a second.
+pub const PROMPT_CHUNK: usize = kestrel_cpu::N_UBATCH;
 
 /// Receives a sequence's tokens as [`Engine::generate`]'s callback does;
 /// returning `false` cancels the sequence.
@@ -70,153 +73,123 @@ pub enum AdmitError {
     Invalid(EngineError),
 }
 
+/// A running sequence, as the host sees it.
 struct Seq<'e> {
     id: u64,
     params: GenerateParams,
-    sampler: Sampler,
     emitter: Emitter<'e, Sink<'e>>,
     prompt_len: usize,
-    /// Prompt, then the generated tokens.
+    /// Prompt, then the generated tokens read back so far.
     history: Vec<u32>,
-    /// Tokens of `history` whose keys and values are in the cache.
+    /// Positions fed to the backend (their keys and values are, or will
+    /// be once the submitted steps ran, in the cache).
     n_past: usize,
+    /// Tokens chosen by submitted steps and not read yet.
+    pending: usize,
     cache_n: usize,
     started: Instant,
-    /// When the prompt's last chunk finished.
+    /// When the prompt's last chunk came back.
     prompt_done: Option<Instant>,
-    /// On the GPU: the device sampler's parameters and the steps submitted
-    /// but not read yet.
-    device: Option<DeviceSeq>,
 }
 
-struct DeviceSeq {
-    sample: SampleParams,
-    /// Tokens chosen on the device, oldest first, each with its step's
-    /// logits when logprobs are asked for.
-    pending: VecDeque<(PendingToken, Option<Vec<f32>>)>,
-}
-
-/// A slot's KV cache: in host memory, or on the device with the slot's
-/// token history and generator state.
-enum Store {
-    Cpu(KvCache),
-    Gpu(GpuSeq),
+impl Seq<'_> {
+    /// Whether the limits allow asking for one more token.
+    fn may_ask(&self, n_ctx: usize) -> bool {
+        let asked = self.history.len() - self.prompt_len + self.pending;
+        self.n_past < n_ctx && !self.params.limit_reached(asked)
+    }
 }
 
 struct Slot<'e> {
-    cache: Store,
+    seq: SeqId,
     /// The tokens whose keys and values the cache holds, from position 0
     /// (kept after a sequence leaves, for the next one to reuse).
     cached: Vec<u32>,
-    /// For each of those positions, whether its chunk took the tiled
-    /// attention path (on the CPU): a later prompt reuses a position only
-    /// where a fresh run of that prompt takes the same path.
-    tiled: Vec<bool>,
-    seq: Option<Seq<'e>>,
+    running: Option<Seq<'e>>,
 }
 
-/// The running sequences of a server (or of any caller with several
-/// requests at once).
+/// The running sequences of a server, of `run` (one slot), or of any
+/// caller with several requests at once.
 pub struct Batch<'e> {
     engine: &'e Engine,
-    /// Set when the steps run on the GPU.
-    gpu: Option<&'e GpuModel>,
+    backend: Box<dyn Backend + 'e>,
     slots: Vec<Slot<'e>>,
     n_ctx: usize,
     chunk: usize,
+    pipelined: bool,
+    /// The steps submitted and not read, oldest first: per feed, the slot
+    /// and the sequence it was for.
+    in_flight: VecDeque<Vec<(usize, u64)>>,
 }
 
 /// A step's outcome for a sequence that left.
 pub type Finished = (u64, Result<Generation, EngineError>);
 
 impl<'e> Batch<'e> {
-    /// `n_slots` slots of `n_ctx` tokens each; prompts are fed `chunk`
-    /// tokens at a time (at most about one chunk of prompt per step, so
-    /// decoding sequences are never held up for long).
-    pub fn new(engine: &'e Engine, n_slots: usize, n_ctx: usize, chunk: usize) -> Batch<'e> {
-        let n_slots = n_slots.max(1);
-        Batch {
-            engine,
-            gpu: None,
-            slots: (0..n_slots)
-                .map(|_| Slot {
-                    cache: Store::Cpu(engine.model.new_cache(n_ctx)),
-                    cached: Vec::new(),
-                    tiled: Vec::new(),
-                    seq: None,
-                })
-                .collect(),
-            n_ctx,
-            chunk: chunk.max(1),
-        }
-    }
-
-    /// Every slot's sliding-window layers as llama.cpp's `--swa-full` has
-    /// them (see [`GenerateParams::swa_full`]).
-    /// (The GPU backend's attention always visits keys in position order.)
-    pub fn full_swa(mut self) -> Self {
-        for slot in &mut self.slots {
-            if let Store::Cpu(cache) = &mut slot.cache {
-                cache.full_swa();
-            }
-        }
-        self
-    }
-
-    /// As [`Batch::new`], stepping on the GPU: `model` (the engine's model
-    /// uploaded, with a context of at least `n_ctx`) holds each slot's
-    /// cache and history. `chunk` bounds the prompt positions fed per step.
-    pub fn on_gpu(
+    /// `n_slots` slots of the backend's context each; prompts are fed
+    /// `chunk` tokens at a time (at most about one chunk of prompt per
+    /// step, so decoding sequences are never held up for long).
+    pub fn new(
         engine: &'e Engine,
-        model: &'e GpuModel,
+        mut backend: Box<dyn Backend + 'e>,
         n_slots: usize,
-        n_ctx: usize,
         chunk: usize,
     ) -> Result<Batch<'e>, EngineError> {
-        if model.n_ctx() < n_ctx {
-            return Err(EngineError::Gpu(kestrel_gpu::GpuError::Shape(format!(
-                "slots of {n_ctx} tokens on a GPU model loaded for {}",
-                model.n_ctx()
-            ))));
-        }
+        let slots = (0..n_slots.max(1))
+            .map(|_| {
+                Ok(Slot {
+                    seq: backend.create_seq()?,
+                    cached: Vec::new(),
+                    running: None,
+                })
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
         Ok(Batch {
             engine,
-            gpu: Some(model),
-            slots: (0..n_slots.max(1))
-                .map(|_| Slot {
-                    cache: Store::Gpu(model.new_seq()),
-                    cached: Vec::new(),
-                    tiled: Vec::new(),
-                    seq: None,
-                })
-                .collect(),
-            n_ctx,
+            n_ctx: backend.facts().n_ctx,
+            backend,
+            slots,
             chunk: chunk.max(1),
+            pipelined: true,
+            in_flight: VecDeque::new(),
         })
+    }
+
+    /// Reads each step right after submitting it (`false`) instead of one
+    /// step behind: the same computations on the same inputs, so the same
+    /// output.
+    pub fn pipelined(mut self, on: bool) -> Self {
+        self.pipelined = on;
+        self
     }
 
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
 
+    /// The device the steps run on.
+    pub fn device(&self) -> &crate::backend::DeviceFacts {
+        self.backend.facts()
+    }
+
     pub fn has_free_slot(&self) -> bool {
-        self.slots.iter().any(|s| s.seq.is_none())
+        self.slots.iter().any(|s| s.running.is_none())
     }
 
     /// No sequence is running.
     pub fn is_idle(&self) -> bool {
-        self.slots.iter().all(|s| s.seq.is_none())
+        self.slots.iter().all(|s| s.running.is_none())
     }
 
     pub fn running(&self) -> usize {
-        self.slots.iter().filter(|s| s.seq.is_some()).count()
+        self.slots.iter().filter(|s| s.running.is_some()).count()
     }
 
     /// The ids of the running sequences.
     pub fn ids(&self) -> Vec<u64> {
         self.slots
             .iter()
-            .filter_map(|s| s.seq.as_ref().map(|q| q.id))
+            .filter_map(|s| s.running.as_ref().map(|q| q.id))
             .collect()
     }
 
@@ -224,7 +197,7 @@ impl<'e> Batch<'e> {
         self.slots
             .iter()
             .enumerate()
-            .map(|(id, s)| match &s.seq {
+            .map(|(id, s)| match &s.running {
                 Some(q) => SlotInfo {
                     id,
                     n_ctx: self.n_ctx,
@@ -260,8 +233,7 @@ impl<'e> Batch<'e> {
             n_ctx: self.n_ctx,
             ..params.clone()
         };
-        let sampler = self
-            .engine
+        self.engine
             .check_request(&prompt, &params)
             .map_err(AdmitError::Invalid)?;
         let common = |s: &Slot<'_>| {
@@ -275,69 +247,31 @@ impl<'e> Batch<'e> {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.seq.is_none())
+            .filter(|(_, s)| s.running.is_none())
             .map(|(i, s)| (i, if cache_prompt { common(s) } else { 0 }))
             // The longest shared prefix; the first slot among equals.
             .max_by_key(|&(i, n)| (n, usize::MAX - i))
             .ok_or(AdmitError::Busy)?;
+        let seq = self.slots[slot_id].seq;
+        let keep = self
+            .backend
+            .reusable_prefix(seq, common, prompt.len(), self.chunk);
+        self.backend
+            .start(seq, &prompt, keep, &self.engine.sampler_params(&params))
+            .map_err(AdmitError::Invalid)?;
         let slot = &mut self.slots[slot_id];
-        let (cache_n, device) = match (&slot.cache, self.gpu) {
-            (Store::Gpu(dev), Some(model)) => {
-                // Every position's cache entry has the bits of a fresh run.
-                let cache_n = common.min(prompt.len() - 1);
-                model
-                    .write_tokens(dev, cache_n, &prompt[cache_n..])
-                    .map_err(|e| AdmitError::Invalid(e.into()))?;
-                model.set_rng(dev, XorShift::new(params.sampler.seed).state());
-                let device = DeviceSeq {
-                    sample: self.engine.device_sampling(&params),
-                    pending: VecDeque::new(),
-                };
-                (cache_n, Some(device))
-            }
-            (cache, _) => {
-                // The reused positions' keys and values must be those a
-                // fresh run computes: each was computed on its chunk's
-                // attention path then, which must be the one this prompt's
-                // chunks give it (a 260-token prompt's first tokens were
-                // tiled; a 31-token prompt's are not).
-                let fresh_tiled = |t: usize| {
-                    let start = t / self.chunk * self.chunk;
-                    (start + self.chunk).min(prompt.len()) - start >= TILED_MIN_QUERIES
-                };
-                let same_path = slot
-                    .tiled
-                    .iter()
-                    .take(common)
-                    .enumerate()
-                    .take_while(|&(t, &tiled)| tiled == fresh_tiled(t))
-                    .count();
-                let mut n = reusable_prefix(common.min(same_path), prompt.len(), self.chunk);
-                // A window ring keeps the last positions only: the window
-                // before the reused prefix's end must still be there.
-                let window = self.engine.model.spec.hparams.sliding_window;
-                if let Store::Cpu(c) = cache {
-                    if !c.keeps(n.saturating_sub(window), n, slot.cached.len()) {
-                        n = 0;
-                    }
-                }
-                (n, None)
-            }
-        };
-        slot.cached.truncate(cache_n);
-        slot.tiled.truncate(cache_n);
-        slot.seq = Some(Seq {
+        slot.cached.truncate(keep);
+        slot.running = Some(Seq {
             id,
-            sampler,
             emitter: Emitter::new(&self.engine.tokenizer, &params.stop, sink),
             params,
             prompt_len: prompt.len(),
             history: prompt,
-            n_past: cache_n,
-            cache_n,
+            n_past: keep,
+            pending: 0,
+            cache_n: keep,
             started: Instant::now(),
             prompt_done: None,
-            device,
         });
         Ok(slot_id)
     }
@@ -347,320 +281,179 @@ impl<'e> Batch<'e> {
         let slot = self
             .slots
             .iter_mut()
-            .find(|s| s.seq.as_ref().is_some_and(|q| q.id == id))?;
-        let seq = slot.seq.take().expect("found");
+            .find(|s| s.running.as_ref().is_some_and(|q| q.id == id))?;
+        let seq = slot.running.take().expect("found");
         Some(finish(slot, seq, StopReason::Cancelled))
     }
 
-    /// One step: every decoding sequence feeds its last token, prefilling
-    /// sequences feed their next prompt chunk (oldest first, about one
-    /// chunk in all per step), in one forward pass; then each sequence
-    /// whose input is all fed samples and emits its next token. Returns the
-    /// sequences that ended.
-    pub fn step(&mut self) -> Vec<Finished> {
-        if let Some(model) = self.gpu {
-            return self.step_gpu(model);
-        }
-        // What each slot feeds this step: a range of its history.
-        let mut feed: Vec<Option<(usize, usize)>> = vec![None; self.slots.len()];
+    /// What each running sequence feeds this step: decoding sequences
+    /// their last token (chosen, maybe not read yet), prefilling ones
+    /// their next prompt chunk (oldest first, about one chunk in all).
+    fn plan(&self) -> Vec<(usize, Feed)> {
+        let mut feeds = Vec::new();
         let mut prefilling: Vec<(Instant, usize)> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
-            let Some(q) = &s.seq else { continue };
+            let Some(q) = &s.running else { continue };
             if q.n_past + 1 < q.prompt_len {
                 prefilling.push((q.started, i));
-            } else {
-                // Decoding (or the prompt's last token, alone in its chunk).
-                feed[i] = Some((q.n_past, chunk_end(q.n_past, q.history.len(), self.chunk)));
+            } else if q.n_past + 1 == q.prompt_len {
+                // The prompt's last token, alone in its chunk.
+                feeds.push((i, self.prompt_feed(s.seq, q, q.prompt_len)));
+            } else if q.n_past < q.history.len() + q.pending && q.may_ask(self.n_ctx) {
+                let want = Want::Next {
+                    logits: q.params.n_probs > 0,
+                };
+                feeds.push((
+                    i,
+                    Feed {
+                        seq: s.seq,
+                        from: q.n_past,
+                        to: q.n_past + 1,
+                        want,
+                    },
+                ));
             }
         }
         prefilling.sort();
         let mut budget = self.chunk;
         for (_, i) in prefilling {
-            let q = self.slots[i].seq.as_ref().expect("prefilling");
-            let to = chunk_end(q.n_past, q.prompt_len, self.chunk);
+            let s = &self.slots[i];
+            let q = s.running.as_ref().expect("prefilling");
+            let to = ((q.n_past / self.chunk + 1) * self.chunk).min(q.prompt_len);
             // The oldest prompt always gets its chunk; others while they fit.
             if to - q.n_past > budget && budget < self.chunk {
                 break;
             }
             budget = budget.saturating_sub(to - q.n_past);
-            feed[i] = Some((q.n_past, to));
+            feeds.push((i, self.prompt_feed(s.seq, q, to)));
         }
-        if feed.iter().all(Option::is_none) {
-            return Vec::new();
-        }
-
-        // Each fed sequence's input and, where this step ends its prompt or
-        // decodes, its draw: sampled inside the pass's hand-off to the pool
-        // (see `forward_batch_map`), a sequence at a time on the workers.
-        let mut inputs: Vec<SeqInput<'_>> = Vec::new();
-        let mut draws: Vec<Mutex<Option<Draw<'_>>>> = Vec::new();
-        for (s, f) in self.slots.iter_mut().zip(&feed) {
-            let (Some((from, to)), Some(q), Store::Cpu(cache)) = (*f, s.seq.as_mut(), &mut s.cache)
-            else {
-                continue;
-            };
-            let Seq {
-                history,
-                sampler,
-                params,
-                prompt_len,
-                ..
-            } = q;
-            let history: &[u32] = history;
-            let at_limit = params.limit_reached(history.len() - *prompt_len);
-            let draws_now = to == history.len() && !at_limit;
-            inputs.push(SeqInput {
-                tokens: &history[from..to],
-                pos0: from,
-                cache,
-                logits: Logits::Last,
-            });
-            draws.push(Mutex::new(draws_now.then_some(Draw {
-                sampler,
-                history,
-                n_probs: params.n_probs,
-            })));
-        }
-        let drawn = self
-            .engine
-            .model
-            .forward_batch_map(&mut inputs, |i, logits| {
-                let mut draw = draws[i].lock().unwrap_or_else(|e| e.into_inner());
-                draw.as_mut().map(|d| d.take(logits))
-            });
-        drop(inputs);
-        drop(draws);
-
-        let mut done = Vec::new();
-        let fed = feed
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| f.map(|(from, to)| (i, from, to)));
-        for ((i, from, to), drawn) in fed.zip(drawn) {
-            let slot = &mut self.slots[i];
-            let q = slot.seq.as_mut().expect("planned");
-            slot.cached.truncate(from);
-            slot.cached.extend_from_slice(&q.history[from..to]);
-            // The path `attend` takes for this sequence's chunk.
-            slot.tiled.truncate(from);
-            slot.tiled.resize(to, to - from >= TILED_MIN_QUERIES);
-            q.n_past = to;
-            if to < q.history.len() {
-                continue; // more prompt to feed
-            }
-            if q.prompt_done.is_none() {
-                q.prompt_done = Some(Instant::now());
-            }
-            // No draw at the end of the prompt or later: the limit was reached.
-            let reason = match drawn {
-                Some((token, lp)) => accept(self.engine, q, token, lp),
-                None => Some(StopReason::Length),
-            };
-            if let Some(reason) = reason {
-                let seq = slot.seq.take().expect("running");
-                done.push((seq.id, Ok(finish(slot, seq, reason))));
-            }
-        }
-        done
+        feeds
     }
 
-    /// [`Batch::step`] on the GPU (see the module documentation): prompt
-    /// positions (oldest prompt first, about one chunk in all), then one
-    /// submission per [`MAX_SEQS`] decoding sequences, then each token of
-    /// the step before is read and emitted.
-    fn step_gpu(&mut self, model: &GpuModel) -> Vec<Finished> {
-        let mut done = Vec::new();
-        let mut prefilling: Vec<(Instant, usize)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let q = s.seq.as_ref()?;
-                (q.n_past + 1 < q.prompt_len).then_some((q.started, i))
-            })
-            .collect();
-        prefilling.sort();
-        let mut budget = self.chunk;
-        for (_, i) in prefilling {
-            if budget == 0 {
-                break;
+    /// A prompt chunk of `q` ending at `to`: the chunk that ends the
+    /// prompt asks for the first token, unless the limit allows none.
+    fn prompt_feed(&self, seq: SeqId, q: &Seq<'_>, to: usize) -> Feed {
+        let generated = q.history.len() - q.prompt_len;
+        let want = if to == q.prompt_len && !q.params.limit_reached(generated) {
+            Want::Next {
+                logits: q.params.n_probs > 0,
             }
-            let slot = &mut self.slots[i];
-            let (Store::Gpu(dev), Some(q)) = (&slot.cache, slot.seq.as_mut()) else {
-                continue;
-            };
-            let n = (q.prompt_len - 1 - q.n_past).min(budget);
-            budget -= n;
-            let r = model.prefill(dev, q.n_past, n);
-            if r.is_ok() {
-                q.n_past += n;
-            }
-            if let Err(e) = r {
-                fail(slot, e, &mut done);
-            }
+        } else {
+            Want::Cache
+        };
+        Feed {
+            seq,
+            from: q.n_past,
+            to,
+            want,
         }
+    }
 
-        // Sequences whose prompt is in but for its last token feed one
-        // position each, while their limits allow another token.
-        let n_ctx = self.n_ctx;
-        let feeding: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.seq.as_ref().is_some_and(|q| {
-                    let asked = q.history.len() - q.prompt_len
-                        + q.device.as_ref().map_or(0, |d| d.pending.len());
-                    q.n_past + 1 >= q.prompt_len
-                        && q.n_past < n_ctx
-                        && (q.params.n_predict < 0 || (asked as i64) < q.params.n_predict)
-                })
-            })
-            .map(|(i, _)| i)
-            .collect();
-        for group in feeding.chunks(MAX_SEQS) {
-            let mut seqs = Vec::with_capacity(group.len());
-            let mut params = Vec::with_capacity(group.len());
-            for &i in group {
-                let s = &self.slots[i];
-                let (Store::Gpu(dev), Some(q)) = (&s.cache, &s.seq) else {
-                    unreachable!("a GPU slot");
-                };
-                seqs.push((dev, q.n_past));
-                params.push(q.device.as_ref().expect("on the GPU").sample.clone());
-            }
-            let submitted = model.step_batch(&seqs, &params).and_then(|tokens| {
-                // Logprobs need this step's logits before the next step
-                // overwrites them: the one wait outside the pipeline.
-                let wants = group.iter().any(|&i| {
-                    self.slots[i]
-                        .seq
-                        .as_ref()
-                        .is_some_and(|q| q.params.n_probs > 0)
-                });
-                let logits = if wants {
-                    Some(model.read_batch_logits(group.len())?)
-                } else {
-                    None
-                };
-                Ok((tokens, logits))
-            });
-            match submitted {
-                Ok((tokens, logits)) => {
-                    let n_vocab = model.spec.hparams.n_vocab;
-                    for (k, (&i, token)) in group.iter().zip(tokens).enumerate() {
-                        let q = self.slots[i].seq.as_mut().expect("feeding");
-                        let row = logits
-                            .as_ref()
-                            .filter(|_| q.params.n_probs > 0)
-                            .map(|l| l[k * n_vocab..(k + 1) * n_vocab].to_vec());
-                        q.n_past += 1;
-                        let dev = q.device.as_mut().expect("on the GPU");
-                        dev.pending.push_back((token, row));
+    /// One step: submit what the sequences feed, then read the step before
+    /// (or, unpipelined, this one) and emit its tokens. Returns the
+    /// sequences that ended.
+    pub fn step(&mut self) -> Vec<Finished> {
+        let mut done = Vec::new();
+        let plan = self.plan();
+        let submitted = !plan.is_empty();
+        if submitted {
+            let feeds: Vec<Feed> = plan.iter().map(|&(_, f)| f).collect();
+            match self.backend.submit(&feeds) {
+                Ok(()) => {
+                    let mut tags = Vec::with_capacity(plan.len());
+                    for &(i, f) in &plan {
+                        let q = self.slots[i].running.as_mut().expect("planned");
+                        q.n_past = f.to;
+                        if matches!(f.want, Want::Next { .. }) {
+                            q.pending += 1;
+                        }
+                        tags.push((i, q.id));
                     }
+                    self.in_flight.push_back(tags);
                 }
                 Err(e) => {
-                    for &i in group {
-                        let e = kestrel_gpu::GpuError::Failed(e.to_string());
-                        fail(&mut self.slots[i], e, &mut done);
+                    for &(i, _) in &plan {
+                        fail(&mut self.slots[i], &e, &mut done);
                     }
                 }
             }
         }
-
-        // One step behind: the token of the step before this one, or the
-        // last token of a sequence that fed nothing this step.
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(q) = slot.seq.as_mut() else { continue };
-            if q.n_past + 1 < q.prompt_len {
-                continue;
-            }
-            let fed = feeding.contains(&i);
-            let dev = q.device.as_mut().expect("on the GPU");
-            let reason = if dev.pending.len() >= 2 || (!fed && !dev.pending.is_empty()) {
-                let (token, row) = dev.pending.pop_front().expect("pending");
-                match token.wait(&model.gpu) {
-                    Ok(token) => {
-                        q.prompt_done.get_or_insert_with(Instant::now);
-                        let lp = row.map(|l| logprobs(&l, token, q.params.n_probs));
-                        accept(self.engine, q, token, lp)
-                    }
-                    Err(e) => {
-                        fail(slot, e, &mut done);
-                        continue;
+        let behind = usize::from(submitted && self.pipelined);
+        while self.in_flight.len() > behind {
+            let tags = self.in_flight.pop_front().expect("in flight");
+            match self.backend.read() {
+                Ok(Some(outputs)) => {
+                    for (&(i, id), out) in tags.iter().zip(outputs) {
+                        self.take_output(i, id, out, &mut done);
                     }
                 }
-            } else if !fed && dev.pending.is_empty() {
-                // Nothing was asked (n_predict 0) or the context is full.
-                q.prompt_done.get_or_insert_with(Instant::now);
-                Some(if q.n_past >= n_ctx {
-                    StopReason::ContextFull
-                } else {
-                    StopReason::Length
-                })
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                let seq = slot.seq.take().expect("running");
-                done.push((seq.id, Ok(finish(slot, seq, reason))));
+                Ok(None) => {}
+                Err(e) => {
+                    for &(i, id) in &tags {
+                        if self.slots[i].running.as_ref().is_some_and(|q| q.id == id) {
+                            fail(&mut self.slots[i], &e, &mut done);
+                        }
+                    }
+                }
             }
         }
         done
     }
+
+    /// A feed's output for the sequence `id` in slot `i` (ignored when that
+    /// sequence has left).
+    fn take_output(&mut self, i: usize, id: u64, out: Output, done: &mut Vec<Finished>) {
+        let slot = &mut self.slots[i];
+        let Some(q) = slot.running.as_mut().filter(|q| q.id == id) else {
+            return;
+        };
+        let reason = match out.token {
+            Some(token) => {
+                q.pending -= 1;
+                q.prompt_done.get_or_insert_with(Instant::now);
+                let n_probs = q.params.n_probs;
+                let lp = out
+                    .logits
+                    .filter(|_| n_probs > 0)
+                    .map(|row| logprobs(&row, token, n_probs));
+                accept(self.engine, q, token, lp)
+            }
+            // A prompt chunk: the last one, with no token asked (the limit
+            // is 0), ends the sequence.
+            None if q.n_past >= q.prompt_len
+                && q.pending == 0
+                && q.history.len() == q.prompt_len =>
+            {
+                q.prompt_done.get_or_insert_with(Instant::now);
+                Some(StopReason::Length)
+            }
+            None => None,
+        };
+        if let Some(reason) = reason {
+            let seq = slot.running.take().expect("running");
+            done.push((seq.id, Ok(finish(slot, seq, reason))));
+        }
+    }
 }
 
-/// Ends a slot's sequence with a device error; its cache is not reused.
-fn fail(slot: &mut Slot<'_>, e: kestrel_gpu::GpuError, done: &mut Vec<Finished>) {
-    if let Some(q) = slot.seq.take() {
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for s in &self.slots {
+            self.backend.free_seq(s.seq);
+        }
+    }
+}
+
+/// Ends a slot's sequence with a backend error; its cache is not reused.
+fn fail(slot: &mut Slot<'_>, e: &EngineError, done: &mut Vec<Finished>) {
+    if let Some(q) = slot.running.take() {
         slot.cached.clear();
-        slot.tiled.clear();
-        done.push((q.id, Err(EngineError::Gpu(e))));
+        done.push((q.id, Err(EngineError::Backend(e.to_string()))));
     }
 }
 
-/// How much of a `common` shared prefix a `prompt_len` prompt reuses: at
-/// least its last token is fed again (its logits are needed), and the first
-/// chunk fed must take the attention path its tokens take in an unshared
-/// run (chunks at multiples of `chunk`): one of at least
-/// `TILED_MIN_QUERIES` tokens stays at least that long.
-fn reusable_prefix(common: usize, prompt_len: usize, chunk: usize) -> usize {
-    let p = common.min(prompt_len.saturating_sub(1));
-    let start = p / chunk * chunk;
-    let end = (start + chunk).min(prompt_len);
-    if end - start >= TILED_MIN_QUERIES && end - p < TILED_MIN_QUERIES {
-        end - TILED_MIN_QUERIES
-    } else {
-        p
-    }
-}
-
-/// The end of the chunk that starts at `from` (chunks end at multiples of
-/// `chunk`, or at `len`).
-fn chunk_end(from: usize, len: usize, chunk: usize) -> usize {
-    ((from / chunk + 1) * chunk).min(len)
-}
-
-/// What a sequence needs to draw its next token from a step's logits, as
-/// [`Engine::generate`]'s loop draws it.
-struct Draw<'a> {
-    sampler: &'a mut Sampler,
-    history: &'a [u32],
-    n_probs: usize,
-}
-
-impl Draw<'_> {
-    /// The token and, when asked for, its logprobs.
-    fn take(&mut self, logits: &[f32]) -> (u32, Option<TokenLogprobs>) {
-        let token = self.sampler.sample_with_history(logits, self.history);
-        let lp = (self.n_probs > 0).then(|| logprobs(logits, token, self.n_probs));
-        (token, lp)
-    }
-}
-
-/// Takes a sequence's next token (sampled on the host or on the device):
-/// ends at an end-of-generation token, else appends and emits it; returns
-/// why the sequence ends, if it does.
+/// Takes a sequence's next token: ends at an end-of-generation token, else
+/// appends and emits it; returns why the sequence ends, if it does.
 fn accept(
     engine: &Engine,
     q: &mut Seq<'_>,
@@ -686,13 +479,10 @@ fn accept(
 /// Flushes a sequence's held-back text and builds its result.
 fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
     // Only what the cache really holds stays reusable: positions fed whose
-    // token the host knows (on the GPU a step may have fed a token that was
-    // never read).
+    // token the host knows (a step may have fed a token never read).
     let valid = seq.n_past.min(seq.history.len());
     slot.cached.clear();
     slot.cached.extend_from_slice(&seq.history[..valid]);
-    // (On the CPU every position fed was recorded as it was fed.)
-    slot.tiled.truncate(valid);
     let now = Instant::now();
     let prompt_done = seq.prompt_done.unwrap_or(now);
     let (text, logprobs, stopped_late) = seq.emitter.finish();
@@ -715,41 +505,5 @@ fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
         tokens,
         text,
         logprobs,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reuse_keeps_the_attention_path_of_every_prompt_token() {
-        let chunk = 256;
-        for prompt_len in 1..700usize {
-            for common in 0..=prompt_len {
-                let p = reusable_prefix(common, prompt_len, chunk);
-                assert!(p < prompt_len && p <= common, "{common}/{prompt_len}: {p}");
-                // Each token fed takes the path of its chunk in a fresh run.
-                let fresh_tiled = |t: usize| {
-                    let start = t / chunk * chunk;
-                    (start + chunk).min(prompt_len) - start >= TILED_MIN_QUERIES
-                };
-                let mut from = p;
-                while from < prompt_len {
-                    let to = chunk_end(from, prompt_len, chunk);
-                    let tiled = to - from >= TILED_MIN_QUERIES;
-                    for t in from..to {
-                        assert_eq!(tiled, fresh_tiled(t), "{common}/{prompt_len}: token {t}");
-                    }
-                    from = to;
-                }
-            }
-        }
-        // The shortening costs at most TILED_MIN_QUERIES tokens.
-        assert_eq!(reusable_prefix(250, 600, 256), 192);
-        assert_eq!(reusable_prefix(100, 150, 256), 86);
-        assert_eq!(reusable_prefix(599, 600, 256), 536);
-        // A short last chunk is one-query attention either way.
-        assert_eq!(reusable_prefix(530, 560, 256), 530);
     }
 }

@@ -1,32 +1,20 @@
-//! The generation loop: prefill, then one token per step — sample with the
-//! full token history, check end-of-generation and limits, detokenize, match
-//! stop strings, report the token (and its logprobs) to the caller.
+//! One request's generation: its parameters ([`GenerateParams`]), what it
+//! reports as it goes ([`TokenEvent`]) and in the end ([`Generation`]),
+//! the host side of each token ([`Emitter`]: detokenizing, stop strings,
+//! the callback), and [`Engine::generate`], which runs a request as the
+//! only sequence of a one-slot [`Batch`] on the CPU.
 //!
-//! # Pipelining
-//!
-//! By default the forward pass for step N+1 runs on a worker thread while the
-//! calling thread does step N's host work (logprobs, detokenizing, stop
-//! strings, the caller's callback). This is possible because the token fed
-//! to forward N+1 is token N itself, known as soon as it is sampled: the
-//! loop samples N, submits forward(N), then emits N while the worker
-//! computes. The sampler always sees the complete history, since sampling
-//! N+1 waits for forward(N)'s logits, by which time N is in the history.
-//! If emitting N ends generation (a stop string completes, the callback
-//! cancels), the speculative forward's logits are dropped; the KV cache it
-//! wrote to belongs to this call alone, so nothing later sees that entry.
-//! The same loop runs unpipelined ([`GenerateParams::pipelined`] = false),
-//! computing each forward on the calling thread when its logits are needed;
-//! both orders feed identical inputs to identical computations, so their
-//! output is identical (a test checks this on a real model).
+//! Pipelined (the default), the backend computes step N+1 while the host
+//! emits token N (see [`crate::batch`]); unpipelined, each step is read as
+//! soon as it is submitted. Both orders feed identical inputs to identical
+//! computations, so their output is identical (a test checks this on a
+//! real model).
 
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::time::Instant;
-
-use kestrel_cpu::{CpuModel, KvCache, Logits};
-use kestrel_sampling::{logprobs, Sampler, SamplerParams, StopMatcher, TokenLogprobs};
+use kestrel_sampling::{SamplerParams, StopMatcher, TokenLogprobs};
 use kestrel_tokenizer::{StreamDecoder, Tokenizer};
 
-use crate::{Engine, EngineError};
+use crate::backend::cpu::CpuBackend;
+use crate::{AdmitError, Batch, Engine, EngineError};
 
 /// Why generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,51 +149,6 @@ pub struct Generation {
     pub stats: GenStats,
 }
 
-/// Where a decode step's forward pass runs.
-enum Forward<'m> {
-    /// On the calling thread, when [`Forward::wait`] asks for the logits.
-    Inline {
-        model: &'m CpuModel,
-        cache: KvCache,
-        pending: Option<(u32, usize)>,
-    },
-    /// On a worker thread that owns the cache; `submit` returns at once.
-    Worker {
-        requests: Sender<(u32, usize)>,
-        results: Receiver<Vec<f32>>,
-    },
-}
-
-impl Forward<'_> {
-    /// Starts (or, inline, schedules) the pass that feeds `token` at `pos`.
-    fn submit(&mut self, token: u32, pos: usize) -> Result<(), EngineError> {
-        match self {
-            Forward::Inline { pending, .. } => *pending = Some((token, pos)),
-            Forward::Worker { requests, .. } => requests
-                .send((token, pos))
-                .map_err(|_| EngineError::DecodeWorker)?,
-        }
-        Ok(())
-    }
-
-    /// The logits of the submitted pass.
-    fn wait(&mut self) -> Result<Vec<f32>, EngineError> {
-        match self {
-            Forward::Inline {
-                model,
-                cache,
-                pending,
-            } => {
-                let (token, pos) = pending.take().ok_or(EngineError::DecodeWorker)?;
-                Ok(model.forward(&[token], pos, cache, Logits::Last))
-            }
-            Forward::Worker { results, .. } => {
-                results.recv().map_err(|_| EngineError::DecodeWorker)
-            }
-        }
-    }
-}
-
 /// The host side of a step: detokenizing, stop strings, the callback.
 pub(crate) struct Emitter<'t, F> {
     decoder: StreamDecoder<'t>,
@@ -288,100 +231,29 @@ impl Engine {
         params: &GenerateParams,
         on_event: impl FnMut(&TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
-        let sampler = self.check_request(prompt, params)?;
-        let mut emitter = Emitter::new(&self.tokenizer, &params.stop, on_event);
-
-        let mut cache: KvCache = self.model.new_cache(params.n_ctx);
-        if params.swa_full {
-            cache.full_swa();
+        self.check_request(prompt, params)?;
+        let backend = CpuBackend::new(self.model.clone(), params.n_ctx, params.swa_full)?;
+        let mut batch = Batch::new(self, Box::new(backend), 1, crate::PROMPT_CHUNK)?
+            .pipelined(params.pipelined);
+        match batch.admit(0, prompt.to_vec(), params, false, Box::new(on_event)) {
+            Ok(_) => {}
+            Err(AdmitError::Invalid(e)) => return Err(e),
+            Err(AdmitError::Busy) => unreachable!("a fresh one-slot batch has a free slot"),
         }
-        let t0 = Instant::now();
-        let logits = self.model.forward(prompt, 0, &mut cache, Logits::Last);
-        let prompt_ms = t0.elapsed().as_secs_f64() * 1000.0;
-
-        let t1 = Instant::now();
-        let mut history = prompt.to_vec();
-        let stop = if params.pipelined {
-            let model = &self.model;
-            std::thread::scope(|s| {
-                let (requests, worker_requests) = channel::<(u32, usize)>();
-                let (worker_results, results) = channel();
-                // The passes start on a worker of the model's pool, which
-                // then leads them without a hand-off (see `CpuModel::install`).
-                s.spawn(move || {
-                    model.install(move || {
-                        let mut cache = cache;
-                        for (token, pos) in worker_requests {
-                            let logits = model.forward(&[token], pos, &mut cache, Logits::Last);
-                            // The receiver is gone when generation ended while
-                            // this (speculative) pass ran: its logits are not
-                            // needed.
-                            if worker_results.send(logits).is_err() {
-                                break;
-                            }
-                        }
-                    })
-                });
-                let mut forward = Forward::Worker { requests, results };
-                // Dropping `forward` at the end of this closure closes the
-                // request channel, so the worker ends and the scope can join.
-                self.decode(
-                    logits,
-                    &mut history,
-                    params,
-                    sampler,
-                    &mut forward,
-                    &mut emitter,
-                )
-            })?
-        } else {
-            let mut forward = Forward::Inline {
-                model: &self.model,
-                cache,
-                pending: None,
-            };
-            self.decode(
-                logits,
-                &mut history,
-                params,
-                sampler,
-                &mut forward,
-                &mut emitter,
-            )?
-        };
-        let generate_ms = t1.elapsed().as_secs_f64() * 1000.0;
-        let (text, logprobs, stopped_late) = emitter.finish();
-        let stop = if stopped_late {
-            StopReason::StopString
-        } else {
-            stop
-        };
-        let tokens = history.split_off(prompt.len());
-        let stats = GenStats {
-            prompt_tokens: prompt.len(),
-            cache_n: 0,
-            prompt_n: prompt.len(),
-            prompt_ms,
-            generated_tokens: tokens.len(),
-            generate_ms,
-            stop,
-        };
-        Ok(Generation {
-            tokens,
-            text,
-            logprobs,
-            stats,
-        })
+        loop {
+            if let Some((_, result)) = batch.step().pop() {
+                return result;
+            }
+        }
     }
 
-    /// Checks a request against the model (prompt length and ids, logit
-    /// bias ids, context) and builds its sampler (EOG tokens banned when
-    /// `ignore_eos`).
+    /// Checks a request against the model: prompt length and ids, logit
+    /// bias ids, context.
     pub(crate) fn check_request(
         &self,
         prompt: &[u32],
         params: &GenerateParams,
-    ) -> Result<Sampler, EngineError> {
+    ) -> Result<(), EngineError> {
         if params.n_ctx == 0 {
             return Err(EngineError::ZeroContext);
         }
@@ -407,60 +279,6 @@ impl Engine {
             return Err(EngineError::LogitBiasOutOfRange { id, n_vocab });
         }
 
-        let mut sampler_params = params.sampler.clone();
-        if params.ignore_eos {
-            sampler_params.logit_bias.extend(
-                self.tokenizer
-                    .eog_ids()
-                    .iter()
-                    .map(|&id| (id, f32::NEG_INFINITY)),
-            );
-        }
-        Ok(Sampler::new(sampler_params))
-    }
-
-    /// The decode loop shared by both modes; `logits` are the prompt's.
-    /// Appends the generated tokens to `history`.
-    fn decode<F: FnMut(&TokenEvent<'_>) -> bool>(
-        &self,
-        mut logits: Vec<f32>,
-        history: &mut Vec<u32>,
-        params: &GenerateParams,
-        mut sampler: Sampler,
-        forward: &mut Forward<'_>,
-        emitter: &mut Emitter<'_, F>,
-    ) -> Result<StopReason, EngineError> {
-        let prompt_len = history.len();
-        loop {
-            if params.limit_reached(history.len() - prompt_len) {
-                return Ok(StopReason::Length);
-            }
-            let token = sampler.sample_with_history(&logits, history);
-            if !params.ignore_eos && self.tokenizer.is_eog(token) {
-                return Ok(StopReason::EndOfGeneration);
-            }
-            history.push(token);
-            // The new token sits at this position; feeding it needs a cache slot.
-            let pos = history.len() - 1;
-            let last = if pos >= params.n_ctx {
-                Some(StopReason::ContextFull)
-            } else if params.limit_reached(history.len() - prompt_len) {
-                Some(StopReason::Length)
-            } else {
-                None
-            };
-            if last.is_none() {
-                forward.submit(token, pos)?;
-            }
-            // Host work for this token, in the shadow of the pass just submitted.
-            let lp = (params.n_probs > 0).then(|| logprobs(&logits, token, params.n_probs));
-            if let Some(reason) = emitter.token(token, lp) {
-                return Ok(reason);
-            }
-            if let Some(reason) = last {
-                return Ok(reason);
-            }
-            logits = forward.wait()?;
-        }
+        Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! The engine: loads a GGUF model (weights, tokenizer, chat template) and
-//! runs it. [`generate`] owns the generation loop (prefill, pipelined decode,
-//! sampling with the token history, stop conditions, stop strings, logprobs,
-//! timings); [`perplexity`] owns llama-perplexity's chunked evaluation.
+//! runs it. [`backend`] is the seam to the devices (CPU and GPU);
+//! [`batch`] is the one decode loop over a backend (`run`, `serve`,
+//! `bench`); [`generate`] owns a request's parameters, stop strings and
+//! results; [`perplexity`] owns llama-perplexity's chunked evaluation.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,12 +13,18 @@ use kestrel_model::ModelSpec;
 use kestrel_tokenizer::chat::{ChatMessage, ChatTemplate};
 use kestrel_tokenizer::Tokenizer;
 
+pub mod backend;
 pub mod batch;
+pub mod context;
 pub mod generate;
 pub mod perplexity;
 
-pub use batch::{AdmitError, Batch, Sink, SlotInfo};
+pub use backend::{Backend, BackendOptions, Device, DeviceFacts};
+pub use batch::{AdmitError, Batch, Sink, SlotInfo, PROMPT_CHUNK};
+pub use context::{context_size, ContextError, ContextSize};
 pub use generate::{GenStats, GenerateParams, Generation, StopReason, TokenEvent};
+/// The GPU adapters wgpu finds (`kestrel devices`).
+pub use kestrel_gpu::{adapters, AdapterSummary};
 pub use kestrel_sampling::TokenLogprobs;
 pub use perplexity::{ChunkReport, PerplexityError, PerplexityParams, PerplexityResult};
 
@@ -53,10 +60,13 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("logit bias for token id {id}, which is outside the vocabulary of {n_vocab}")]
     LogitBiasOutOfRange { id: u32, n_vocab: usize },
-    /// The thread running the pipelined forward passes stopped without an
-    /// answer (it panicked; the panic is re-raised when generation returns).
+    /// The thread running the CPU backend's passes stopped without an
+    /// answer (a panic there is raised again on the caller's thread).
     #[error("the decode worker thread stopped unexpectedly")]
     DecodeWorker,
+    /// A backend refused a step (a scheduler bug, or a device failure).
+    #[error("backend: {0}")]
+    Backend(String),
     #[error("gpu: {0}")]
     Gpu(#[from] kestrel_gpu::GpuError),
 }
@@ -64,7 +74,8 @@ pub enum EngineError {
 /// A loaded model with its tokenizer and chat template.
 pub struct Engine {
     pub file: Arc<GgufFile>,
-    pub model: CpuModel,
+    /// Shared with the CPU backend's worker thread.
+    pub model: Arc<CpuModel>,
     pub tokenizer: Tokenizer,
     /// The model's own template, or `None` when it has none (ChatML is used then).
     pub template: Option<ChatTemplate>,
@@ -90,7 +101,7 @@ impl Engine {
         let file = Arc::new(file);
         let spec = ModelSpec::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let model = CpuModel::load(file.clone(), spec, threads)?;
+        let model = Arc::new(CpuModel::load(file.clone(), spec, threads)?);
         if tokenizer.vocab_size() > model.spec.hparams.n_vocab {
             return Err(EngineError::VocabMismatch {
                 tokenizer: tokenizer.vocab_size(),
@@ -128,32 +139,48 @@ impl Engine {
         })
     }
 
-    /// The device sampler's parameters for a request: its sampler's, with
-    /// the end-of-generation tokens banned when `ignore_eos` (as
-    /// `check_request` does for the CPU sampler). The seed goes separately,
-    /// into the sequence's generator state.
-    pub fn device_sampling(&self, params: &GenerateParams) -> kestrel_gpu::sample::SampleParams {
-        let sp = &params.sampler;
-        let mut logit_bias = sp.logit_bias.clone();
+    /// A backend for this model on `opts.device` (the GPU: the model is
+    /// uploaded now).
+    pub fn backend(&self, opts: BackendOptions) -> Result<Box<dyn Backend>, EngineError> {
+        Ok(match opts.device.resolve(None) {
+            Device::Gpu => Box::new(backend::gpu::GpuBackend::new(
+                self.file.clone(),
+                self.model.spec.clone(),
+                opts.n_ctx,
+            )?),
+            Device::Cpu | Device::Auto => Box::new(backend::cpu::CpuBackend::new(
+                self.model.clone(),
+                opts.n_ctx,
+                opts.swa_full,
+            )?),
+        })
+    }
+
+    /// A scheduler of `n_slots` sequences on a new backend (see
+    /// [`Engine::backend`] and [`Batch::new`]).
+    pub fn batch(
+        &self,
+        opts: BackendOptions,
+        n_slots: usize,
+        chunk: usize,
+    ) -> Result<Batch<'_>, EngineError> {
+        Batch::new(self, self.backend(opts)?, n_slots, chunk)
+    }
+
+    /// A request's sampler parameters as both samplers (host and device)
+    /// take them: its own, with the end-of-generation tokens banned when
+    /// `ignore_eos` (a logit bias of `-inf`, as llama.cpp bans them).
+    pub fn sampler_params(&self, params: &GenerateParams) -> kestrel_sampling::SamplerParams {
+        let mut sp = params.sampler.clone();
         if params.ignore_eos {
-            logit_bias.extend(
+            sp.logit_bias.extend(
                 self.tokenizer
                     .eog_ids()
                     .iter()
                     .map(|&id| (id, f32::NEG_INFINITY)),
             );
         }
-        kestrel_gpu::sample::SampleParams {
-            temperature: sp.temperature,
-            top_k: sp.top_k,
-            top_p: sp.top_p,
-            min_p: sp.min_p,
-            repeat_penalty: sp.repeat_penalty,
-            repeat_last_n: sp.repeat_last_n,
-            frequency_penalty: sp.frequency_penalty,
-            presence_penalty: sp.presence_penalty,
-            logit_bias,
-        }
+        sp
     }
 
     /// Tokenizes a prompt as llama.cpp's completion tool does: BOS per the

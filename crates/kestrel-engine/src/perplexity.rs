@@ -8,9 +8,10 @@
 
 use std::time::Instant;
 
-use kestrel_cpu::Logits;
+use kestrel_sampling::SamplerParams;
 
-use crate::Engine;
+use crate::backend::{Backend, BackendOptions, Device, Feed, SeqId, Want};
+use crate::{Engine, EngineError};
 
 /// How to evaluate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,55 +188,85 @@ impl Engine {
     }
 
     /// Log-likelihoods of tokens `first+1 .. chunk.len()-1` of one chunk
-    /// evaluated from an empty cache in batches of `n_batch` tokens (the
+    /// evaluated on `backend` (in its sequence `seq`, whose context holds
+    /// the chunk) from an empty cache in batches of `n_batch` tokens (the
     /// caller has put BOS first where wanted).
-    /// With `swa_full`, sliding-window layers over a full-size cache.
     pub fn chunk_log_likelihoods(
         &self,
+        backend: &mut dyn Backend,
+        seq: SeqId,
         chunk: &[u32],
         n_batch: usize,
         first: usize,
-        swa_full: bool,
-    ) -> Vec<f64> {
+    ) -> Result<Vec<f64>, EngineError> {
         let n_ctx = chunk.len();
         let n_vocab = self.model.spec.hparams.n_vocab;
-        let mut cache = self.model.new_cache(n_ctx);
-        if swa_full {
-            cache.full_swa();
-        }
+        let greedy = SamplerParams {
+            temperature: 0.0,
+            ..SamplerParams::default()
+        };
+        backend.start(seq, chunk, 0, &greedy)?;
+        let n_batch = n_batch.max(1);
         let mut lls = Vec::with_capacity(n_ctx.saturating_sub(first + 1));
-        for (b, batch) in chunk.chunks(n_batch.max(1)).enumerate() {
-            let pos0 = b * n_batch.max(1);
+        for pos0 in (0..n_ctx).step_by(n_batch) {
+            let to = (pos0 + n_batch).min(n_ctx);
             // A batch wholly before the scored half only fills the cache.
-            if pos0 + batch.len() <= first {
-                self.model.forward(batch, pos0, &mut cache, Logits::Last);
-                continue;
-            }
-            let logits = self.model.forward(batch, pos0, &mut cache, Logits::All);
-            for (i, row) in logits.chunks_exact(n_vocab).enumerate() {
-                let pos = pos0 + i;
-                if pos >= first && pos + 1 < n_ctx {
+            let want = if to <= first {
+                Want::Cache
+            } else {
+                Want::Logits {
+                    skip: first.saturating_sub(pos0),
+                }
+            };
+            backend.submit(&[Feed {
+                seq,
+                from: pos0,
+                to,
+                want,
+            }])?;
+            let out = backend
+                .read()?
+                .and_then(|mut o| o.pop())
+                .unwrap_or_default();
+            let Some(rows) = out.logits else { continue };
+            let from = pos0.max(first);
+            for (i, row) in rows.chunks_exact(n_vocab).enumerate() {
+                let pos = from + i;
+                if pos + 1 < n_ctx {
                     lls.push(log_softmax(row, chunk[pos + 1]));
                 }
             }
         }
-        lls
+        Ok(lls)
     }
 
     /// Runs llama-perplexity's evaluation over `tokens` (from
-    /// [`Engine::tokenize_text`]) on the CPU model; `on_chunk` hears about
-    /// each chunk.
+    /// [`Engine::tokenize_text`]) on `device`; `on_chunk` hears about each
+    /// chunk.
     pub fn perplexity(
         &self,
         tokens: &[u32],
         params: &PerplexityParams,
+        device: Device,
         on_chunk: impl FnMut(&ChunkReport),
     ) -> Result<PerplexityResult, PerplexityError> {
         let n_batch = params.n_batch.min(params.n_ctx);
+        let backend_err = |e: EngineError| PerplexityError::Backend(e.to_string());
+        let mut backend = self
+            .backend(BackendOptions {
+                device,
+                n_ctx: params.n_ctx.max(1),
+                swa_full: params.swa_full,
+            })
+            .map_err(backend_err)?;
+        let seq = backend.create_seq().map_err(backend_err)?;
         self.perplexity_with(
             tokens,
             params,
-            |chunk, first| Ok(self.chunk_log_likelihoods(chunk, n_batch, first, params.swa_full)),
+            |chunk, first| {
+                self.chunk_log_likelihoods(&mut *backend, seq, chunk, n_batch, first)
+                    .map_err(|e| e.to_string())
+            },
             on_chunk,
         )
     }

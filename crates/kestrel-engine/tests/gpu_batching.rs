@@ -5,57 +5,34 @@
 //! alone, one unpipelined step at a time; stop strings cut the text as they
 //! do alone.
 
-use std::cell::RefCell;
-use std::path::PathBuf;
-use std::rc::Rc;
+mod common;
 
-use kestrel_engine::{AdmitError, Batch, Engine, GenerateParams, Generation, StopReason};
+use common::{batched, greedy, sampled, Req};
+use kestrel_engine::{BackendOptions, Batch, Device, Engine, GenerateParams, StopReason};
 use kestrel_gpu::model::GpuModel;
-use kestrel_sampling::{logprobs, SamplerParams, XorShift};
+use kestrel_sampling::{logprobs, XorShift};
 
 const N_CTX: usize = 256;
 
 fn engine() -> Engine {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
-    Engine::load(&path, 2).expect("SmolLM2 loads")
+    common::load_smollm2()
 }
 
+/// `slots` slots of `N_CTX` tokens on the GPU backend.
+fn gpu_batch(e: &Engine, slots: usize, chunk: usize) -> Batch<'_> {
+    let opts = BackendOptions {
+        device: Device::Gpu,
+        n_ctx: N_CTX,
+        swa_full: false,
+    };
+    e.batch(opts, slots, chunk)
+        .expect("a GPU adapter (lavapipe in CI)")
+}
+
+/// The model uploaded on its own, for driving the device directly.
 fn gpu_model(e: &Engine) -> GpuModel {
     let gpu = kestrel_gpu::Gpu::new().expect("a GPU adapter (lavapipe in CI)");
     GpuModel::load(gpu, e.file.clone(), e.model.spec.clone(), N_CTX).expect("uploads")
-}
-
-fn greedy(n: i64) -> GenerateParams {
-    GenerateParams {
-        n_predict: n,
-        n_ctx: N_CTX,
-        sampler: SamplerParams::greedy(),
-        ..GenerateParams::default()
-    }
-}
-
-fn sampled(n: i64, seed: u64) -> GenerateParams {
-    GenerateParams {
-        n_predict: n,
-        n_ctx: N_CTX,
-        sampler: SamplerParams {
-            temperature: 0.9,
-            seed,
-            repeat_penalty: 1.2,
-            repeat_last_n: 32,
-            frequency_penalty: 0.3,
-            presence_penalty: 0.2,
-            ..SamplerParams::default()
-        },
-        n_probs: 3,
-        ..GenerateParams::default()
-    }
 }
 
 /// The device driven directly, without the batch: prefill, then one step
@@ -71,7 +48,7 @@ fn device_alone(
     model.set_rng(&seq, XorShift::new(params.sampler.seed).state());
     model.write_tokens(&seq, 0, prompt).unwrap();
     model.prefill(&seq, 0, prompt.len() - 1).unwrap();
-    let sample = e.device_sampling(params);
+    let sample = e.sampler_params(params);
     let (mut tokens, mut lps) = (Vec::new(), Vec::new());
     for k in 0..params.n_predict as usize {
         let pos = prompt.len() - 1 + k;
@@ -86,52 +63,6 @@ fn device_alone(
     (tokens, lps)
 }
 
-struct Req {
-    prompt: Vec<u32>,
-    params: GenerateParams,
-    /// The step at which it joins.
-    join: usize,
-}
-
-/// Runs the requests through one batch; returns each one's result and
-/// streamed text, and the most sequences seen running at once.
-fn batched(batch: &mut Batch<'_>, reqs: &[Req]) -> (Vec<(Generation, String)>, usize) {
-    let streams: Vec<Rc<RefCell<String>>> = reqs.iter().map(|_| Rc::default()).collect();
-    let mut results: Vec<Option<Generation>> = reqs.iter().map(|_| None).collect();
-    let (mut step, mut most) = (0, 0);
-    let mut waiting: Vec<usize> = (0..reqs.len()).collect();
-    while results.iter().any(Option::is_none) {
-        waiting.retain(|&i| {
-            if reqs[i].join > step {
-                return true;
-            }
-            let out = streams[i].clone();
-            let sink = Box::new(move |ev: &kestrel_engine::TokenEvent<'_>| {
-                out.borrow_mut().push_str(ev.text);
-                true
-            });
-            let r = &reqs[i];
-            match batch.admit(i as u64, r.prompt.clone(), &r.params, true, sink) {
-                Ok(_) => false,
-                Err(AdmitError::Busy) => true,
-                Err(AdmitError::Invalid(e)) => panic!("request {i}: {e}"),
-            }
-        });
-        most = most.max(batch.running());
-        for (id, g) in batch.step() {
-            results[id as usize] = Some(g.expect("generation runs"));
-        }
-        step += 1;
-        assert!(step < 1000, "batch never finished");
-    }
-    let out = results
-        .into_iter()
-        .zip(streams)
-        .map(|(g, s)| (g.expect("finished"), s.borrow().clone()))
-        .collect();
-    (out, most)
-}
-
 #[test]
 fn gpu_batch_gives_each_sequence_its_tokens_alone() {
     let e = engine();
@@ -144,12 +75,12 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
     let reqs = vec![
         Req {
             prompt: t("The capital of France is"),
-            params: with_eos_ignored(greedy(6)),
+            params: with_eos_ignored(greedy(6, N_CTX)),
             join: 0,
         },
         Req {
             prompt: t("Once upon a time, in a small village,"),
-            params: with_eos_ignored(sampled(6, 7)),
+            params: with_eos_ignored(sampled(6, 7, N_CTX)),
             join: 0,
         },
         // Prefilled over several steps (chunk 8) while the others decode.
@@ -158,13 +89,13 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
                 "Notes on rivers: the Nile, the Amazon, the Danube, the Rhine, \
                  the Mekong and the Volga all flow into seas. Summary:",
             ),
-            params: with_eos_ignored(greedy(4)),
+            params: with_eos_ignored(greedy(4, N_CTX)),
             join: 1,
         },
         // Waits for a slot (three slots, four requests).
         Req {
             prompt: t("List three colors:"),
-            params: with_eos_ignored(sampled(5, 3)),
+            params: with_eos_ignored(sampled(5, 3, N_CTX)),
             join: 0,
         },
     ];
@@ -173,8 +104,8 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
         .iter()
         .map(|r| device_alone(&e, &model, &r.prompt, &r.params))
         .collect();
-    let mut batch = Batch::on_gpu(&e, &model, 3, N_CTX, 8).expect("slots fit");
-    let (got, most) = batched(&mut batch, &reqs);
+    let mut batch = gpu_batch(&e, 3, 8);
+    let (got, most) = batched(&mut batch, &reqs, true);
     assert_eq!(most, 3, "three sequences ran at once");
     for (i, ((g, streamed), (tokens, lps))) in got.iter().zip(&want).enumerate() {
         assert_eq!(&g.tokens, tokens, "request {i}: tokens");
@@ -191,7 +122,7 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
 
     // Again: each slot now holds a prompt, so a repeated one reuses its
     // cached prefix, and gives the same tokens.
-    let (again, _) = batched(&mut batch, &reqs);
+    let (again, _) = batched(&mut batch, &reqs, true);
     let mut reused = 0;
     for (i, ((g, _), (tokens, _))) in again.iter().zip(&want).enumerate() {
         assert_eq!(&g.tokens, tokens, "request {i}, cached: tokens");
@@ -201,7 +132,7 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
 
     // A stop string cuts the text where it cuts it alone; EOS and the
     // length limit end sequences one step behind without changing them.
-    let free = greedy(12);
+    let free = greedy(12, N_CTX);
     let (plain, _) = device_alone(&e, &model, &reqs[0].prompt, &with_eos_ignored(free.clone()));
     let text = e.tokenizer.decode(&plain, false);
     let word = text
@@ -217,7 +148,7 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
         },
         join: 0,
     };
-    let (cut, _) = batched(&mut batch, std::slice::from_ref(&stop));
+    let (cut, _) = batched(&mut batch, std::slice::from_ref(&stop), true);
     let (g, streamed) = &cut[0];
     assert_eq!(g.stats.stop, StopReason::StopString);
     assert_eq!(&g.text, streamed);
@@ -231,14 +162,19 @@ fn gpu_batch_gives_each_sequence_its_tokens_alone() {
 #[test]
 fn gpu_batch_zero_tokens_and_cancel() {
     let e = engine();
-    let model = gpu_model(&e);
-    let mut batch = Batch::on_gpu(&e, &model, 2, N_CTX, 64).expect("slots fit");
+    let mut batch = gpu_batch(&e, 2, 64);
     let prompt = e.tokenize_prompt("Count: one, two,");
     batch
-        .admit(0, prompt.clone(), &greedy(0), false, Box::new(|_| true))
+        .admit(
+            0,
+            prompt.clone(),
+            &greedy(0, N_CTX),
+            false,
+            Box::new(|_| true),
+        )
         .unwrap();
     batch
-        .admit(1, prompt, &greedy(-1), false, Box::new(|_| true))
+        .admit(1, prompt, &greedy(-1, N_CTX), false, Box::new(|_| true))
         .unwrap();
     let mut ended = Vec::new();
     for _ in 0..4 {

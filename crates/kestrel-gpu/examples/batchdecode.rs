@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use kestrel_gguf::GgufFile;
 use kestrel_gpu::model::{GpuModel, GpuSeq};
-use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
 use kestrel_model::ModelSpec;
+use kestrel_sampling::SamplerParams;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -20,9 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = ModelSpec::from_gguf(&file)?;
     let model = GpuModel::load(Gpu::new()?, file, spec, steps + 2)?;
     println!("{}", model.gpu.adapter);
-    let greedy = SampleParams {
+    let greedy = SamplerParams {
         temperature: 0.0,
-        ..SampleParams::default()
+        ..SamplerParams::default()
     };
     for n in [1usize, 2, 4] {
         let seqs: Vec<GpuSeq> = (0..n).map(|_| model.new_seq()).collect();

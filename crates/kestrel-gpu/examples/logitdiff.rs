@@ -8,9 +8,9 @@ use std::sync::Arc;
 use kestrel_cpu::{CpuModel, Logits};
 use kestrel_gguf::{GgufFile, GgufWriter, Value};
 use kestrel_gpu::model::GpuModel;
-use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
 use kestrel_model::ModelSpec;
+use kestrel_sampling::SamplerParams;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -60,9 +60,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let want = cpu.forward(&tokens, 0, &mut cache, Logits::All);
     let seq = gpu.new_seq();
     gpu.write_tokens(&seq, 0, &tokens)?;
-    let greedy = SampleParams {
+    let greedy = SamplerParams {
         temperature: 0.0,
-        ..SampleParams::default()
+        ..SamplerParams::default()
     };
     for pos in 0..n {
         gpu.step(&seq, pos, Some(&greedy))?;

@@ -30,8 +30,9 @@ use crate::embed::Embed;
 use crate::matvec::{GpuMatrix, MatVec};
 use crate::norm::RmsNorm;
 use crate::ops::{Glu, Ops};
-use crate::sample::{SampleParams, Sampler};
+use crate::sample::Sampler;
 use crate::{Gpu, GpuError};
+use kestrel_sampling::SamplerParams;
 
 struct Layer {
     attn_norm: wgpu::Buffer,
@@ -116,7 +117,7 @@ enum Output<'p> {
     Logits,
     /// The logits and the next token, into the history (parameters per
     /// sequence).
-    Sample(&'p [SampleParams]),
+    Sample(&'p [SamplerParams]),
 }
 
 /// The token a submitted step chose, on its way back to the host.
@@ -447,7 +448,7 @@ impl GpuModel {
         &self,
         seq: &GpuSeq,
         pos: usize,
-        sample: Option<&SampleParams>,
+        sample: Option<&SamplerParams>,
     ) -> Result<(), GpuError> {
         self.gpu.begin_step();
         let r = self.record_step(seq, pos, sample);
@@ -495,7 +496,7 @@ impl GpuModel {
     pub fn step_batch(
         &self,
         batch: &[(&GpuSeq, usize)],
-        params: &[SampleParams],
+        params: &[SamplerParams],
     ) -> Result<Vec<PendingToken>, GpuError> {
         if batch.is_empty() || batch.len() > MAX_SEQS || params.len() != batch.len() {
             return Err(GpuError::Shape(format!(
@@ -539,7 +540,7 @@ impl GpuModel {
         &self,
         seq: &GpuSeq,
         pos: usize,
-        params: &SampleParams,
+        params: &SamplerParams,
     ) -> Result<PendingToken, GpuError> {
         let staging = self.token_staging();
         self.gpu.begin_step();
@@ -556,7 +557,7 @@ impl GpuModel {
         &self,
         seq: &GpuSeq,
         pos: usize,
-        sample: Option<&SampleParams>,
+        sample: Option<&SamplerParams>,
     ) -> Result<(), GpuError> {
         let out = match sample {
             Some(p) => Output::Sample(std::slice::from_ref(p)),

@@ -21,18 +21,11 @@
 //! lavapipe (Mesa's software Vulkan) ends an invocation's loops after 65535
 //! iterations in all, so no kernel here walks a long range on one thread.
 
-use crate::{Gpu, GpuError};
+use kestrel_sampling::{
+    inverse_temperature, SamplerParams, EXP_LN2_Q31, EXP_LOG2E_FRAC, EXP_TABLE,
+};
 
-/// What the greedy sampler applies before taking the maximum.
-#[derive(Clone, Debug, Default)]
-pub struct GreedyParams {
-    pub logit_bias: Vec<(u32, f32)>,
-    /// Last tokens of the history the penalties look at (0 = off).
-    pub repeat_last_n: usize,
-    pub repeat_penalty: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-}
+use crate::{Gpu, GpuError};
 
 pub struct GreedySampler {
     pipeline: wgpu::ComputePipeline,
@@ -186,7 +179,7 @@ impl GreedySampler {
         (logits, history): (&wgpu::Buffer, &wgpu::Buffer),
         vocab: usize,
         pos: usize,
-        params: &GreedyParams,
+        params: &SamplerParams,
     ) -> Result<(), GpuError> {
         if vocab == 0
             || logits.size() < (vocab * 4) as u64
@@ -198,7 +191,8 @@ impl GreedySampler {
                 history.size()
             )));
         }
-        let window = params.repeat_last_n.min(pos);
+        // Negative: the whole history, as the full sampler reads it.
+        let window = usize::try_from(params.repeat_last_n).map_or(pos, |n| n.min(pos));
         let active = window > 0
             && (params.repeat_penalty != 1.0
                 || params.frequency_penalty != 0.0
@@ -233,45 +227,6 @@ impl GreedySampler {
         );
         gpu.run(&self.pipeline, &bind, 1);
         Ok(())
-    }
-}
-
-/// Parameters of the full sampler, as `kestrel_sampling::SamplerParams`
-/// defines them (same names, same meaning), less the seed: the generator
-/// state lives in a device buffer per sequence ([`Sampler::rng_buffer`]).
-#[derive(Clone, Debug)]
-pub struct SampleParams {
-    /// `<= 0` or NaN: greedy (no random number is drawn).
-    pub temperature: f32,
-    /// `<= 0`: off.
-    pub top_k: i32,
-    /// `>= 1` or NaN: off.
-    pub top_p: f32,
-    /// `<= 0` or NaN: off.
-    pub min_p: f32,
-    pub repeat_penalty: f32,
-    /// `0`: penalties off; negative: the whole history.
-    pub repeat_last_n: i32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub logit_bias: Vec<(u32, f32)>,
-}
-
-impl Default for SampleParams {
-    /// The CPU sampler's defaults: temperature 0.8, top-k 40, top-p 0.95,
-    /// min-p 0.05, penalties off over a window of 64, no bias.
-    fn default() -> SampleParams {
-        SampleParams {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            repeat_last_n: 64,
-            frequency_penalty: 0.0,
-            presence_penalty: 0.0,
-            logit_bias: Vec::new(),
-        }
     }
 }
 
@@ -827,8 +782,22 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3
 }
 "#;
 
+/// The constants of kestrel_sampling's `exp_kestrel` as WGSL, written from
+/// the sampling crate's own tables so the two cannot drift apart.
+fn exp_constants() -> String {
+    let table: Vec<String> = EXP_TABLE.iter().map(|w| format!("{w:#010x}u")).collect();
+    format!(
+        "const EXP_TABLE = array<u32, 16>({});\nconst EXP_LOG2E_HI: u32 = {:#010x}u;\n\
+         const EXP_LOG2E_LO: u32 = {:#010x}u;\nconst EXP_LN2: u32 = {:#010x}u;\n",
+        table.join(", "),
+        EXP_LOG2E_FRAC[0],
+        EXP_LOG2E_FRAC[1],
+        EXP_LN2_Q31
+    )
+}
+
 /// kestrel_sampling's `exp_kestrel` and `weight`, shared by the finishing
-/// kernel and [`weights_on_device`].
+/// kernel and [`weights_on_device`] (after [`exp_constants`]).
 const WEIGHT_FNS: &str = r#"
 // The 64-bit product of two u32 as (low, high).
 fn mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -854,11 +823,6 @@ fn mul31(a: u32, b: u32) -> u32 {
     return (w.y << 1u) | (w.x >> 31u);
 }
 
-const EXP_TABLE = array<u32, 16>(
-    0x80000000u, 0x7a92be8bu, 0x75606374u, 0x70666f76u, 0x6ba27e65u, 0x6712460bu,
-    0x62b39509u, 0x5e8451d0u, 0x5a82799au, 0x56ac1f75u, 0x52ff6b55u, 0x4f7a9930u,
-    0x4c1bf829u, 0x48e1e9bau, 0x45cae0f2u, 0x42d561b4u);
-
 // kestrel_sampling::exp_kestrel, step for step in 32-bit integers (exact
 // on every adapter, whatever its float exp or fma does).
 fn exp_k(xb: u32) -> f32 {
@@ -873,15 +837,15 @@ fn exp_k(xb: u32) -> f32 {
     } else if (sh < 0i) {
         a = vec2<u32>(m >> u32(-sh), 0u);
     }
-    let l1 = 0x71547652u;
-    let l0 = 0xb82fe177u;
+    let l1 = EXP_LOG2E_HI;
+    let l0 = EXP_LOG2E_LO;
     var t = add64(a, mul_wide(a.y, l1));
     t = add64(t, vec2<u32>(mul_wide(a.x, l1).y, 0u));
     t = add64(t, vec2<u32>(mul_wide(a.y, l0).y, 0u));
     let n = i32(t.y);
     let f = t.x;
     let r = f & 0x0fffffffu;
-    let y = mul_wide(r, 0x58b90bfcu).y;
+    let y = mul_wide(r, EXP_LN2).y;
     let one = 0x80000000u;
     var q = one - y / 5u;
     q = one - mul31(y, q) / 4u;
@@ -1050,20 +1014,6 @@ fn min_p_keep(keep: u32, tk: u32) -> u32 {
 }
 "#;
 
-/// `kestrel_sampling::inverse_temperature`: the reciprocal the weights
-/// multiply by, clamped to `f32::MAX` and flushed below the smallest
-/// normal, as on the CPU.
-fn inverse_temperature(temperature: f32) -> f32 {
-    let inv = 1.0 / temperature;
-    if inv == f32::INFINITY {
-        f32::MAX
-    } else if inv < f32::MIN_POSITIVE {
-        0.0
-    } else {
-        inv
-    }
-}
-
 impl Sampler {
     pub fn new(gpu: &Gpu) -> Sampler {
         let make = |label: &str, parts: &[&str]| gpu.pipeline(label, &parts.concat());
@@ -1078,7 +1028,10 @@ impl Sampler {
             rs_hist: make("sample radix histogram", &[COMMON, RS_HIST]),
             rs_scan: make("sample radix scan", &[COMMON, SCAN, RS_SCAN]),
             rs_scatter: make("sample radix scatter", &[COMMON, RS_SCATTER]),
-            finish: make("sample finish", &[COMMON, WEIGHT_FNS, FINISH]),
+            finish: make(
+                "sample finish",
+                &[COMMON, &exp_constants(), WEIGHT_FNS, FINISH],
+            ),
             shifts: [0u32, 8, 16, 24].map(|s| gpu.params(&[s, 0, 0, 0])),
             scratch: None,
         }
@@ -1130,7 +1083,7 @@ impl Sampler {
         (logits, history, rng): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
         vocab: usize,
         pos: usize,
-        params: &SampleParams,
+        params: &SamplerParams,
     ) -> Result<(), GpuError> {
         if vocab == 0
             || vocab > u32::MAX as usize / 2
@@ -1291,7 +1244,7 @@ pub fn weights_on_device(
 ) -> Result<Vec<f32>, GpuError> {
     let pipeline = gpu.pipeline(
         "sample weight probe",
-        &[COMMON, WEIGHT_FNS, WEIGHT_PROBE].concat(),
+        &[COMMON, &exp_constants(), WEIGHT_FNS, WEIGHT_PROBE].concat(),
     );
     let io = gpu.upload_f32("weight probe", logits)?;
     let q = gpu.params(&[logits.len() as u32, max.to_bits(), inv_t.to_bits(), 0]);

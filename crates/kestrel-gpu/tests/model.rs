@@ -17,9 +17,9 @@ use std::sync::Arc;
 use kestrel_cpu::{CpuModel, Logits};
 use kestrel_gguf::{GgmlType, GgufFile};
 use kestrel_gpu::model::GpuModel;
-use kestrel_gpu::sample::SampleParams;
 use kestrel_gpu::Gpu;
 use kestrel_model::ModelSpec;
+use kestrel_sampling::SamplerParams;
 
 #[test]
 fn gpu_forward_matches_the_cpu_on_tiny_models() {
@@ -46,9 +46,9 @@ fn gpu_forward_matches_the_cpu_on_tiny_models() {
             let want = cpu.forward(&prompt, 0, &mut cache, Logits::All);
             let seq = gpu.new_seq();
             gpu.write_tokens(&seq, 0, &prompt).unwrap();
-            let greedy = SampleParams {
+            let greedy = SamplerParams {
                 temperature: 0.0,
-                ..SampleParams::default()
+                ..SamplerParams::default()
             };
             for pos in 0..prompt.len() {
                 gpu.step(&seq, pos, Some(&greedy)).unwrap();
@@ -110,9 +110,9 @@ fn decode_steps_are_one_submission_and_read_back_one_step_behind() {
     let model = GpuModel::load(Gpu::new().expect("gpu"), file, spec, 64).expect("gpu load");
     let g = &model.gpu;
     let prompt = common::prompt(6, nv, 3);
-    let greedy = SampleParams {
+    let greedy = SamplerParams {
         temperature: 0.0,
-        ..SampleParams::default()
+        ..SamplerParams::default()
     };
     let n = 12;
 
@@ -179,13 +179,13 @@ fn sampled_decode_draws_the_cpu_samplers_tokens() {
         (99, 0, 1.0, 0.0, 1.3),
         (12345, 5, 0.8, 0.0, 1.0),
     ] {
-        let gp = SampleParams {
+        let gp = SamplerParams {
             temperature: 1.5,
             top_k,
             top_p,
             min_p,
             repeat_penalty: penalty,
-            ..SampleParams::default()
+            ..SamplerParams::default()
         };
         let mut cpu = Sampler::new(SamplerParams {
             temperature: 1.5,
@@ -238,13 +238,13 @@ fn batched_decode_equals_each_sequence_alone() {
             .enumerate()
             .map(|(k, &n)| common::prompt(n, nv, 50 + k as u64))
             .collect();
-        let params: Vec<SampleParams> = [(0.0f32, 0), (1.0, 40), (0.7, 5)]
+        let params: Vec<SamplerParams> = [(0.0f32, 0), (1.0, 40), (0.7, 5)]
             .iter()
-            .map(|&(temperature, top_k)| SampleParams {
+            .map(|&(temperature, top_k)| SamplerParams {
                 temperature,
                 top_k,
                 repeat_penalty: 1.1,
-                ..SampleParams::default()
+                ..SamplerParams::default()
             })
             .collect();
         let steps = 6;
@@ -311,9 +311,9 @@ fn chunked_prefill_equals_one_token_steps() {
         let spec = ModelSpec::from_gguf(&file).expect("spec");
         let nv = spec.hparams.n_vocab;
         let model = GpuModel::load(Gpu::new().expect("gpu"), file, spec, 48).expect("gpu load");
-        let greedy = SampleParams {
+        let greedy = SamplerParams {
             temperature: 0.0,
-            ..SampleParams::default()
+            ..SamplerParams::default()
         };
         for len in [3, MAX_SEQS + 1, 2 * MAX_SEQS + 3] {
             let prompt = common::prompt(len, nv, 60 + len as u64);
@@ -347,9 +347,9 @@ fn weights_split_over_small_bindings_give_the_same_logits() {
         let spec = ModelSpec::from_gguf(&file).expect("spec");
         let nv = spec.hparams.n_vocab;
         let prompt = common::prompt(6, nv, 23);
-        let greedy = SampleParams {
+        let greedy = SamplerParams {
             temperature: 0.0,
-            ..SampleParams::default()
+            ..SamplerParams::default()
         };
         let logits = |limit: Option<u64>| {
             let mut gpu = Gpu::new().expect("gpu");

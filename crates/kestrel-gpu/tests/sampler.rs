@@ -5,7 +5,7 @@
 //! history buffer at the next position with the rest of the history
 //! untouched.
 
-use kestrel_gpu::sample::{GreedyParams, GreedySampler};
+use kestrel_gpu::sample::GreedySampler;
 use kestrel_gpu::Gpu;
 use kestrel_sampling::{Sampler, SamplerParams};
 use std::sync::{Mutex, OnceLock};
@@ -39,20 +39,8 @@ impl Rng {
     }
 }
 
-fn cpu_params(g: &GreedyParams) -> SamplerParams {
-    SamplerParams {
-        temperature: 0.0,
-        logit_bias: g.logit_bias.clone(),
-        repeat_last_n: g.repeat_last_n as i32,
-        repeat_penalty: g.repeat_penalty,
-        frequency_penalty: g.frequency_penalty,
-        presence_penalty: g.presence_penalty,
-        ..SamplerParams::default()
-    }
-}
-
 /// The GPU's pick (and a check that only `history[pos]` changed).
-fn gpu_pick(logits: &[f32], history: &[u32], params: &GreedyParams) -> u32 {
+fn gpu_pick(logits: &[f32], history: &[u32], params: &SamplerParams) -> u32 {
     let g = gpu();
     let lb = g.upload_f32("logits", logits).unwrap();
     let mut hist = history.to_vec();
@@ -69,21 +57,23 @@ fn gpu_pick(logits: &[f32], history: &[u32], params: &GreedyParams) -> u32 {
     after[pos]
 }
 
-fn cpu_pick(logits: &[f32], history: &[u32], params: &GreedyParams) -> u32 {
-    Sampler::new(cpu_params(params)).sample_with_history(logits, history)
+fn cpu_pick(logits: &[f32], history: &[u32], params: &SamplerParams) -> u32 {
+    Sampler::new(params.clone()).sample_with_history(logits, history)
 }
 
-fn check(tag: &str, logits: &[f32], history: &[u32], params: &GreedyParams) -> u32 {
+fn check(tag: &str, logits: &[f32], history: &[u32], params: &SamplerParams) -> u32 {
     let want = cpu_pick(logits, history, params);
     let got = gpu_pick(logits, history, params);
     assert_eq!(got, want, "{tag}: gpu {got}, cpu {want}");
     want
 }
 
-fn plain() -> GreedyParams {
-    GreedyParams {
+/// Greedy, no bias, penalties off.
+fn plain() -> SamplerParams {
+    SamplerParams {
+        temperature: 0.0,
         repeat_penalty: 1.0,
-        ..GreedyParams::default()
+        ..SamplerParams::default()
     }
 }
 
@@ -158,7 +148,7 @@ fn greedy_matches_cpu_with_bias_and_penalties() {
             history.push(best);
             history.push(k as u32);
         }
-        let params = GreedyParams {
+        let params = SamplerParams {
             logit_bias: match case % 5 {
                 0 => vec![],
                 1 => vec![(best, f32::NEG_INFINITY)],
@@ -166,10 +156,11 @@ fn greedy_matches_cpu_with_bias_and_penalties() {
                 3 => vec![(rng.below(vocab), 6.0)],
                 _ => vec![(best, -0.5), (1, f32::INFINITY)],
             },
-            repeat_last_n: [0usize, 1, 8, 64, 1000][case % 5],
+            repeat_last_n: [0, 1, 8, 64, 1000][case % 5],
             repeat_penalty: [1.0f32, 1.3, 1.1, 2.0][case % 4],
             frequency_penalty: [0.0f32, 0.2, 0.7][case % 3],
             presence_penalty: [0.0f32, 0.1, 0.45][(case / 3) % 3],
+            ..plain()
         };
         let got = check(
             &format!("penalties case {case}"),
@@ -201,22 +192,8 @@ fn greedy_refuses_bad_shapes() {
 
 // ---- The full sampler (temperature, filters, the seeded draw) ----
 
-use kestrel_gpu::sample::{SampleParams, Sampler as GpuSampler};
+use kestrel_gpu::sample::Sampler as GpuSampler;
 use kestrel_sampling::XorShift;
-
-fn gpu_params(p: &SamplerParams) -> SampleParams {
-    SampleParams {
-        temperature: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        repeat_penalty: p.repeat_penalty,
-        repeat_last_n: p.repeat_last_n,
-        frequency_penalty: p.frequency_penalty,
-        presence_penalty: p.presence_penalty,
-        logit_bias: p.logit_bias.clone(),
-    }
-}
 
 /// `calls` tokens drawn one after another on the device, all recorded in
 /// one step (one submission, nothing read back until the end), each
@@ -238,14 +215,8 @@ fn gpu_sequence(
     let before = g.submissions();
     g.begin_step();
     for i in 0..calls {
-        s.run(
-            g,
-            (&lb, &hb, &rng),
-            logits.len(),
-            history.len() + i,
-            &gpu_params(p),
-        )
-        .expect("sampler runs");
+        s.run(g, (&lb, &hb, &rng), logits.len(), history.len() + i, p)
+            .expect("sampler runs");
     }
     g.finish_step();
     assert_eq!(g.submissions(), before + 1, "one submission for the step");
@@ -613,7 +584,7 @@ fn full_sampler_refuses_bad_shapes() {
     let rng = GpuSampler::rng_buffer(g, [1, 2, 3, 4]).unwrap();
     let short = g.upload_u32("r", &[1, 2]).unwrap();
     let mut s = GpuSampler::new(g);
-    let p = SampleParams::default();
+    let p = SamplerParams::default();
     assert!(s.run(g, (&lb, &hb, &rng), 8, 0, &p).is_err());
     assert!(s.run(g, (&lb, &hb, &rng), 4, 2, &p).is_err());
     assert!(s.run(g, (&lb, &hb, &rng), 0, 0, &p).is_err());
@@ -739,12 +710,12 @@ fn greedy_with_a_long_penalty_window() {
         .map(|i| rng.below(if i % 3 == 0 { 50 } else { 2000 }))
         .collect();
     history[700] = best;
-    let params = GreedyParams {
+    let params = SamplerParams {
         repeat_last_n: 6000,
         repeat_penalty: 1.4,
         frequency_penalty: 0.05,
         presence_penalty: 0.3,
-        logit_bias: vec![],
+        ..plain()
     };
     let got = check("window 6000", &logits, &history, &params);
     assert_ne!(got, best, "the penalties must move the argmax");
@@ -759,7 +730,7 @@ fn greedy_with_a_long_penalty_window() {
         .run(g, (&lb, &hb), logits.len(), history.len(), &params)
         .unwrap();
     let adjusted = g.read_f32(&lb, logits.len()).unwrap();
-    let want = kestrel_sampling::adjusted_logits(&cpu_params(&params), &logits, &history);
+    let want = kestrel_sampling::adjusted_logits(&params, &logits, &history);
     for (i, (a, w)) in adjusted.iter().zip(&want).enumerate() {
         assert_eq!(a.to_bits(), w.to_bits(), "logit {i}: device {a}, cpu {w}");
     }

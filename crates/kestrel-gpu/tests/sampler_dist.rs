@@ -5,7 +5,7 @@
 //! distribution must be rejected), and the draws are the CPU sampler's,
 //! token for token.
 
-use kestrel_gpu::sample::{SampleParams, Sampler};
+use kestrel_gpu::sample::Sampler;
 use kestrel_gpu::Gpu;
 use kestrel_sampling::{distribution_with_history, SamplerParams, XorShift};
 use std::sync::{Mutex, OnceLock};
@@ -42,20 +42,6 @@ fn logits() -> Vec<f32> {
     ]
 }
 
-fn gpu_params(p: &SamplerParams) -> SampleParams {
-    SampleParams {
-        temperature: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        repeat_penalty: p.repeat_penalty,
-        repeat_last_n: p.repeat_last_n,
-        frequency_penalty: p.frequency_penalty,
-        presence_penalty: p.presence_penalty,
-        logit_bias: p.logit_bias.clone(),
-    }
-}
-
 /// `DRAWS` tokens from the device with one generator and the same history
 /// each time: every draw gets its own copy of the history in one buffer.
 fn gpu_draws(logits: &[f32], history: &[u32], p: &SamplerParams) -> Vec<u32> {
@@ -70,12 +56,11 @@ fn gpu_draws(logits: &[f32], history: &[u32], p: &SamplerParams) -> Vec<u32> {
     let hb = g.upload_u32("history", &hist).unwrap();
     let rng = Sampler::rng_buffer(g, XorShift::new(p.seed).state()).unwrap();
     let mut s = Sampler::new(g);
-    let gp = gpu_params(p);
     for chunk in 0..DRAWS / 500 {
         g.begin_step();
         for i in chunk * 500..(chunk + 1) * 500 {
             let pos = i * stride + history.len();
-            s.run(g, (&lb, &hb, &rng), logits.len(), pos, &gp).unwrap();
+            s.run(g, (&lb, &hb, &rng), logits.len(), pos, p).unwrap();
         }
         g.finish_step();
     }

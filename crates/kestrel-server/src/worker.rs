@@ -5,8 +5,9 @@
 //! has gone (the event receiver was dropped), then runs one batched step for
 //! every running sequence. Jobs wait in a bounded queue while every slot is
 //! busy; one whose client leaves gives up its place at the next step. A
-//! job's tokens go back over a channel. With `--device gpu` the
-//! model is also uploaded to the GPU here and the batch steps there.
+//! job's tokens go back over a channel. The batch steps on the CPU
+//! backend or, with `--device gpu`, on the GPU one (the model is uploaded
+//! here, before the server says it is ready).
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -16,7 +17,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kestrel_engine::{
-    AdmitError, Batch, Engine, GenerateParams, Generation, SlotInfo, TokenLogprobs,
+    AdmitError, BackendOptions, Batch, Device, Engine, GenerateParams, Generation, SlotInfo,
+    TokenLogprobs, PROMPT_CHUNK,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -52,15 +54,6 @@ pub struct Loaded {
     /// All slots together.
     pub n_ctx_total: usize,
 }
-
-/// Prompt tokens fed per step (a chunk; see [`kestrel_engine::Batch`]):
-/// llama.cpp's micro-batch, so that a prompt's rows meet the same kernels
-/// as in llama-server and `kestrel run` (a row's kernels depend on its
-/// pass: with 256, a 310-token prompt's last 54 rows took the one-query
-/// attention instead of the tiled one, and SmolLM2's greedy text parted
-/// from `kestrel run`'s at the fifth token); small enough that a long
-/// prompt holds the running streams up for a fraction of a second.
-pub const PROMPT_CHUNK: usize = 512;
 
 pub enum LoadState {
     Loading,
@@ -168,64 +161,38 @@ pub fn run(
         Ok(e) => e,
         Err(e) => return load_failed(&shared, loaded, e.to_string()),
     };
-    let train = engine.model.spec.hparams.n_ctx_train.max(1);
     let slots = cfg.parallel.max(1);
     let swa_full = cfg.swa_full;
-    // `-c` is shared by the slots, as llama-server's (0: the training
-    // context); without it each slot gets what one request got before
-    // batching: min(4096, training context).
-    let (n_ctx, n_ctx_total) = match cfg.n_ctx {
-        Some(0) if train > 1 << 20 || train / slots < 2 => {
-            let e = format!(
-                "--ctx-size 0: the model's training context of {train} tokens does not fit \
-                 (at most 1048576, at least 2 a slot for {slots} slots)"
-            );
-            return load_failed(&shared, loaded, e);
-        }
-        Some(0) => (train / slots, train),
-        Some(c) => (c / slots, c),
-        None => (4096.min(train), 4096.min(train) * slots),
-    };
-    // The GPU model lives on this thread, beside the batch that steps it.
-    let gpu_model = if cfg.gpu {
-        let uploaded = kestrel_gpu::Gpu::new().and_then(|gpu| {
-            eprintln!("device: {}", gpu.adapter);
-            kestrel_gpu::model::GpuModel::load(
-                gpu,
-                engine.file.clone(),
-                engine.model.spec.clone(),
-                n_ctx,
-            )
-        });
-        match uploaded {
-            Ok(m) => Some(m),
-            Err(e) => return load_failed(&shared, loaded, format!("gpu: {e}")),
-        }
-    } else {
-        None
+    let train = engine.model.spec.hparams.n_ctx_train;
+    let (n_ctx, n_ctx_total) = match kestrel_engine::context_size(cfg.n_ctx, Some(train), slots) {
+        Ok(c) => (c.per_slot, c.total),
+        Err(e) => return load_failed(&shared, loaded, e.to_string()),
     };
     let l = Arc::new(Loaded {
         engine,
         n_ctx,
         n_ctx_total,
     });
+    let engine = &l.engine;
+    let opts = BackendOptions {
+        device: if cfg.gpu { Device::Gpu } else { Device::Cpu },
+        n_ctx,
+        swa_full,
+    };
+    let new_batch = || engine.batch(opts, slots, PROMPT_CHUNK);
+    // The first batch before the model is announced: a GPU upload that
+    // fails is a model that failed to load.
+    let batch = match new_batch() {
+        Ok(b) => b,
+        Err(e) => return load_failed(&shared, loaded, e.to_string()),
+    };
+    if cfg.gpu {
+        eprintln!("device: {}", batch.device().name);
+    }
     *shared.state.write().unwrap_or_else(|e| e.into_inner()) = LoadState::Ready(l.clone());
     eprintln!("model loaded: {slots} slots of {n_ctx} tokens; ready");
     let _ = loaded.send(Ok(()));
-    let engine = &l.engine;
-    match &gpu_model {
-        Some(m) => serve_jobs(&shared, &jobs, &|| {
-            Batch::on_gpu(engine, m, slots, n_ctx, PROMPT_CHUNK)
-        }),
-        // On a worker of the model's pool: each step's pass then starts on
-        // this thread instead of waiting for a worker to wake and take it.
-        None => engine.model.install(move || {
-            serve_jobs(&shared, &jobs, &|| {
-                let batch = Batch::new(engine, slots, n_ctx, PROMPT_CHUNK);
-                Ok(if swa_full { batch.full_swa() } else { batch })
-            })
-        }),
-    }
+    serve_jobs(&shared, &jobs, batch, &new_batch);
 }
 
 /// Reports a model that could not be loaded (to `/health` and to `serve`).
@@ -242,16 +209,10 @@ fn load_failed(
 fn serve_jobs<'e>(
     shared: &Arc<Shared>,
     jobs: &Receiver<Job>,
+    mut batch: Batch<'e>,
     new_batch: &dyn Fn() -> Result<Batch<'e>, kestrel_engine::EngineError>,
 ) {
     let m = &shared.metrics;
-    let mut batch = match new_batch() {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("error: the batch could not be set up: {e}");
-            return;
-        }
-    };
     let mut running: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut next_id = 0u64;
