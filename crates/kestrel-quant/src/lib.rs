@@ -8,12 +8,13 @@
 //! AVX2 machine ([`DotPath`] names which one). Each type's kernels are
 //! collected in a [`Kernels`] table; the free functions dispatch through
 //! [`kernels`], which on x86-64 picks builds of the same code with AVX2/FMA
-//! enabled (see `simd`), so faster implementations slot in per type without
+//! enabled (see `twins`; the choice is `cpu_features`'), so faster implementations slot in per type without
 //! changing callers.
 //!
 //! Kernel files, one per block family: `float` (F32/F16/BF16), `legacy`
 //! (Q4_0..Q8_1), `kquants/` (Q2_K..Q6_K) and `q8k` (Q8_K).
 
+mod cpu_features;
 mod f16row;
 mod float;
 mod kquants;
@@ -21,10 +22,11 @@ mod lanes;
 mod legacy;
 mod q8k;
 #[macro_use]
-mod simd;
+mod twins;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use cpu_features::{avx2_in_use, avx512_in_use, vnni_in_use};
 pub use f16row::{f16_dot, f16_mad, f16_scale, f16_to_f32_row, f32_mad_f16, f32_to_f16_row};
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, gelu_f16_table};
 pub use kestrel_gguf::GgmlType;
@@ -119,38 +121,10 @@ pub fn kernels(ty: GgmlType) -> &'static Kernels {
     simd_kernels(ty).unwrap_or_else(|| portable_kernels(ty))
 }
 
-/// Whether the AVX2/FMA/F16C builds are in use on this machine (x86-64
-/// with those features, and `KESTREL_PORTABLE` not set to 1).
-pub fn avx2_in_use() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return simd::avx2_available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Whether the AVX2 kernels take their integer lane sums from AVX-VNNI
-/// (detected at run time; `KESTREL_NO_VNNI=1` turns it off).
-pub fn vnni_in_use() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return simd::vnni_available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Whether the legacy formats' prompt kernels run their AVX-512 build (two
-/// tokens per instruction; detected at run time; `KESTREL_NO_AVX512=1`
-/// turns it off).
-pub fn avx512_in_use() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return x86::wide::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 /// The SIMD build of `ty`'s kernels, if this CPU runs one.
 pub fn simd_kernels(ty: GgmlType) -> Option<&'static Kernels> {
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         let i = GgmlType::ALL.iter().position(|&t| t == ty)?;
         return Some(&AVX2[i]);
     }
@@ -293,7 +267,7 @@ pub fn dot_path(ty: GgmlType, weight_rows: usize, tok: usize, n_tok: usize) -> D
 pub fn dot_kernel(path: DotPath, ty: GgmlType) -> VecDotFn {
     let kern = kernels(ty);
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return x86::path_dot(path, ty)
             .or_else(|| path_dot!(path, ty, avx2_twin))
             .unwrap_or(kern.vec_dot);
@@ -406,7 +380,7 @@ impl Dot4 {
 /// its results have the bits of [`dot_kernel`]'s, row by row.
 pub fn dot4_kernel(path: DotPath, ty: GgmlType) -> Option<Dot4> {
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return x86::path_dot4(path, ty);
     }
     let _ = (path, ty);
@@ -424,7 +398,7 @@ pub type VecDot2Fn = fn(w0: &[u8], w1: &[u8], a: &[u8]) -> [f32; 2];
 /// AVX2: the legacy formats, Q4_K's gemv and Q6_K's vec_dot).
 pub fn dot2_kernel(path: DotPath, ty: GgmlType) -> Option<VecDot2Fn> {
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return x86::rows2_dot(path, ty);
     }
     let _ = (path, ty);
@@ -440,7 +414,7 @@ pub type VecDotRows4Fn = fn(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4];
 /// AVX2: the legacy formats' plain dot, Q4_K's gemv and Q6_K's vec_dot).
 pub fn dot_rows4_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotRows4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return x86::rows4_dot(path, ty);
     }
     let _ = (path, ty);
@@ -457,7 +431,7 @@ pub type VecDotBandFn = fn(w: &[u8], a: &[u8], out: &mut [f32]);
 /// [`dot_rows4_kernel`] has one).
 pub fn dot_band_kernel(path: DotPath, ty: GgmlType) -> Option<VecDotBandFn> {
     #[cfg(target_arch = "x86_64")]
-    if simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return x86::band_dot(path, ty);
     }
     let _ = (path, ty);
@@ -543,7 +517,7 @@ mod tests {
     /// scales, activations from random floats) of odd block counts.
     #[test]
     fn avx2_twins_equal_portable_bit_for_bit() {
-        if !simd::avx2_available() {
+        if !crate::cpu_features::avx2_available() {
             eprintln!("no AVX2/FMA/F16C here: nothing to compare");
             return;
         }
@@ -729,14 +703,22 @@ mod tests {
             }
         }
         assert_eq!(checked4, 5 * 3, "every four-row kernel, three lengths");
-        let q4k_builds = if x86::wide::available() { 2 } else { 1 };
+        let q4k_builds = if crate::cpu_features::avx512_available() {
+            2
+        } else {
+            1
+        };
         assert_eq!(
             gemm4,
             q4k_builds * 3,
             "Q4_K's four-token builds, three lengths"
         );
         // Q8_0 has an unpacked kernel only in the AVX-512 build.
-        let q8_0_wide = if x86::wide::available() { 3 } else { 0 };
+        let q8_0_wide = if crate::cpu_features::avx512_available() {
+            3
+        } else {
+            0
+        };
         assert_eq!(
             unpacked8,
             2 * 3 + 3 * q8_0_wide,
@@ -767,7 +749,7 @@ mod tests {
     /// kernel that puts two rows in one register cannot swap or mix them.
     #[test]
     fn rows4_decode_kernels_keep_each_row_apart() {
-        if !crate::simd::avx2_available() {
+        if !crate::cpu_features::avx2_available() {
             eprintln!("no AVX2 build in use here: nothing to compare");
             return;
         }
@@ -822,8 +804,8 @@ mod tests {
         // The builds this CPU runs: AVX2's for all seven formats; AVX-VNNI's
         // for the five legacy ones; AVX-512's for all seven.
         let (vnni, wide) = (
-            usize::from(crate::simd::vnni_available()),
-            usize::from(x86::wide::available()),
+            usize::from(crate::cpu_features::vnni_available()),
+            usize::from(crate::cpu_features::avx512_available()),
         );
         let builds = 5 * (1 + vnni + wide) + 2 * (1 + wide);
         assert_eq!(
@@ -885,7 +867,7 @@ mod tests {
                 checked += 1;
             }
         }
-        if crate::simd::avx2_available() {
+        if crate::cpu_features::avx2_available() {
             assert_eq!(checked, 7 * 3, "every format's band kernel");
         }
     }

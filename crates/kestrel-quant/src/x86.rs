@@ -6,7 +6,7 @@
 //! lib.rs compares every one with its portable twin on random blocks).
 //!
 //! Every function here is reached only through the AVX2 kernel table or
-//! [`path_dot`], both used only after `simd::avx2_available()` confirmed the
+//! [`path_dot`], both used only after `cpu_features::avx2_available()` confirmed the
 //! CPU features; that is the safety argument for each `unsafe` call below.
 
 use std::arch::x86_64::*;
@@ -55,8 +55,8 @@ pub(crate) fn path_dot(path: DotPath, ty: T) -> Option<VecDotFn> {
 
 /// The four-row kernel for `path` and `ty`, if there is one.
 pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
-    let vnni = crate::simd::vnni_available();
-    let wide = wide::available();
+    let vnni = crate::cpu_features::vnni_available();
+    let wide = crate::cpu_features::avx512_available();
     let (dot, prepare, dot8, unpacked): (
         VecDot4Fn,
         Prepare4Fn,
@@ -150,7 +150,7 @@ pub(crate) fn path_dot4(path: DotPath, ty: T) -> Option<Dot4> {
 /// detected (for the tests, which hold every build to the same bits).
 #[cfg(test)]
 fn builds<K>(avx2: K, vnni: K) -> Vec<K> {
-    if crate::simd::vnni_available() {
+    if crate::cpu_features::vnni_available() {
         vec![avx2, vnni]
     } else {
         vec![avx2]
@@ -227,7 +227,7 @@ pub(crate) fn unpacked_kernels(ty: T) -> Vec<Unpacked8> {
         T::Q6_K => (Vec::new(), WIDE_Q6_K),
         _ => return Vec::new(),
     };
-    if wide::available() {
+    if crate::cpu_features::avx512_available() {
         all.push(wide);
     }
     all
@@ -306,8 +306,8 @@ pub(crate) fn band_dot(path: DotPath, ty: T) -> Option<crate::VecDotBandFn> {
 /// Each four-row decode kernel beside the band kernel built from its body
 /// (one table, so the two always agree).
 fn decode_kernels(path: DotPath, ty: T) -> Option<(VecDotRows4Fn, crate::VecDotBandFn)> {
-    let vnni = crate::simd::vnni_available();
-    let wide = wide::available();
+    let vnni = crate::cpu_features::vnni_available();
+    let wide = crate::cpu_features::avx512_available();
     Some(match (path, ty) {
         (DotPath::VecDot, T::Q4_1) if wide => (wide::rows4a_q4_1, wide::banda_q4_1),
         (DotPath::VecDot, T::Q5_0) if wide => (wide::rows4z_q5_0, wide::band_q5_0),
@@ -504,7 +504,7 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
         _ => return Vec::new(),
     };
     let mut all = builds(avx2, vnni);
-    if wide::available() {
+    if crate::cpu_features::avx512_available() {
         all.push(wide);
     }
     all
@@ -515,7 +515,7 @@ pub(crate) fn packed_kernels(ty: T) -> Vec<PackedBuild> {
 #[cfg(test)]
 pub(crate) fn gemm4_builds(path: DotPath, ty: T) -> Vec<crate::VecDot4Fn> {
     match (path, ty) {
-        (DotPath::RepackGemm, T::Q4_K) if wide::available() => {
+        (DotPath::RepackGemm, T::Q4_K) if crate::cpu_features::avx512_available() => {
             vec![dot4_q4_k_gemm, wide::dot4_q4_k_gemm]
         }
         (DotPath::RepackGemm, T::Q4_K) => vec![dot4_q4_k_gemm],
@@ -536,7 +536,7 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
             (rows4_q4_k_gemv, wide::rows4z_q4_k_gemv)
         };
         let mut all = vec![avx2];
-        if wide::available() {
+        if crate::cpu_features::avx512_available() {
             all.push(avx512);
         }
         return all;
@@ -550,7 +550,7 @@ pub(crate) fn rows4_kernels(ty: T) -> Vec<VecDotRows4Fn> {
         _ => return Vec::new(),
     };
     let mut all = builds(avx2, vnni);
-    if wide::available() {
+    if crate::cpu_features::avx512_available() {
         match ty {
             T::Q4_0 => all.push(rows4e_q4_0),
             T::Q4_1 => all.push(wide::rows4a_q4_1),

@@ -30,26 +30,6 @@ use std::arch::x86_64::*;
 use super::{f16x2_at, Legacy, Q50Bw, Q41, Q50, Q80};
 use crate::Chunk32;
 
-/// Whether this CPU runs the kernels here (checked once): AVX-512 F, BW,
-/// VL and VNNI on top of the AVX2 builds. They need no AVX-VNNI (its VEX
-/// form of `vpdpbusd`): AMD's Zen 4 has AVX-512 VNNI without it, and there
-/// every batched product fell back to the AVX2 kernels (SmolLM2, four
-/// sequences decoding: 1.46x one sequence's rate). `KESTREL_NO_VNNI=1`
-/// turns these off with the AVX-VNNI builds, `KESTREL_NO_AVX512=1` just
-/// these, for comparison.
-pub(crate) fn available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        crate::simd::avx2_available()
-            && std::env::var_os("KESTREL_NO_VNNI").is_none_or(|v| v != "1")
-            && std::env::var_os("KESTREL_NO_AVX512").is_none_or(|v| v != "1")
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    })
-}
-
 /// 64-byte units per block of a prepared group.
 const fn units<F: Legacy>() -> usize {
     if F::SIGNED {
@@ -164,7 +144,7 @@ fn prepare_across<F: Legacy>(a: [&[u8]; 4], out: &mut Vec<Chunk32>) {
             }
         }
     }
-    // SAFETY: reached only through kernels handed out after `available()`
+    // SAFETY: reached only through kernels handed out after `avx512_available()`
     // (which implies AVX2, F16C and AVX-512 F).
     unsafe { fill::<F>(a, &mut out[at..at + blocks * per_block], per_block) }
 }
@@ -214,7 +194,7 @@ fn prepare_one_q4_1(a: &[u8], out: &mut Vec<Chunk32>) {
             }
         }
     }
-    // SAFETY: reached only through kernels handed out after `available()`
+    // SAFETY: reached only through kernels handed out after `avx512_available()`
     // (which implies AVX2, F16C and AVX-512 F).
     unsafe {
         fill(
@@ -265,7 +245,7 @@ fn unpack_signed<F: Legacy>(w: &[u8], out: &mut Vec<Chunk32>) {
 }
 
 pub(crate) fn unpack_q5_0(w: &[u8], out: &mut Vec<Chunk32>) {
-    // SAFETY: handed out only after `available()` (which implies AVX2).
+    // SAFETY: handed out only after `avx512_available()` (which implies AVX2).
     unsafe { unpack_signed::<Q50Bw>(w, out) }
 }
 
@@ -685,7 +665,7 @@ macro_rules! rows4 {
             unsafe fn body(rows: [&[u8]; 4], pre: &[Chunk32]) -> [[f32; 4]; 4] {
                 unsafe { $body(rows, pre) }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             unsafe { body(rows, pre) }
         }
@@ -1006,7 +986,7 @@ macro_rules! rows4_band {
                     }
                 }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             unsafe { body(w, pre, out) }
         }
@@ -1041,7 +1021,7 @@ macro_rules! rows4_band2 {
                     }
                 }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             unsafe { body(w, pre, out) }
         }
@@ -1084,7 +1064,7 @@ pub(crate) fn rows4a_q4_1(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     }
     PREPARED.with_borrow_mut(|pre| {
         prepare_one_q4_1(a, pre);
-        // SAFETY: handed out only after `available()` confirmed the
+        // SAFETY: handed out only after `avx512_available()` confirmed the
         // features.
         unsafe { body(rows, pre) }.map(|r| r[0])
     })
@@ -1102,7 +1082,7 @@ pub(crate) fn banda_q4_1(w: &[u8], a: &[u8], out: &mut [f32]) {
     }
     PREPARED.with_borrow_mut(|pre| {
         prepare_one_q4_1(a, pre);
-        // SAFETY: handed out only after `available()` confirmed the
+        // SAFETY: handed out only after `avx512_available()` confirmed the
         // features.
         unsafe { body(w, pre, out) }
     })
@@ -1121,7 +1101,7 @@ macro_rules! wide_entries {
             unsafe fn body(uw: [&[Chunk32]; 2], pre: [&[Chunk32]; 2]) -> [[[f32; 4]; 2]; 2] {
                 unsafe { dotw2::<$f, 2>(uw.map(Unpacked::<$f>::new), pre) }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             unsafe { body(uw, [pre0, pre1]) }
                 .map(|[a, b]| [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
@@ -1132,7 +1112,7 @@ macro_rules! wide_entries {
             unsafe fn body(uw: &[Chunk32], pre: [&[Chunk32]; 2]) -> [[f32; 4]; 2] {
                 unsafe { dotw::<$f, _, 2>(Unpacked::<$f>::new(uw), pre) }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             let [a, b] = unsafe { body(uw, [pre0, pre1]) };
             [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
@@ -1287,7 +1267,7 @@ macro_rules! wide_pairs {
             unsafe fn body(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
                 unsafe { dot_pairs::<$f>(rows, a) }
             }
-            // SAFETY: handed out only after `available()` confirmed the
+            // SAFETY: handed out only after `avx512_available()` confirmed the
             // features.
             unsafe { body(rows, a) }
         }
@@ -1394,7 +1374,7 @@ super::band!(
 );
 
 pub(crate) fn rows4z_q6_k(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-    // SAFETY: handed out only after `available()` confirmed the features.
+    // SAFETY: handed out only after `avx512_available()` confirmed the features.
     unsafe { q6_k_rows4(rows, a) }
 }
 
@@ -1605,7 +1585,7 @@ super::band!(
 );
 
 pub(crate) fn rows4z_q4_k_gemv(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
-    // SAFETY: handed out only after `available()` confirmed the features.
+    // SAFETY: handed out only after `avx512_available()` confirmed the features.
     unsafe { q4_k_gemv_rows4(rows, a) }
 }
 
@@ -1726,7 +1706,7 @@ unsafe fn q4_k_gemm_x4_wide(w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
 }
 
 pub(crate) fn dot4_q4_k_gemm(w: &[u8], a: [&[u8]; 4], _pre: &[Chunk32]) -> [f32; 4] {
-    // SAFETY: handed out only after `available()` confirmed the features.
+    // SAFETY: handed out only after `avx512_available()` confirmed the features.
     unsafe { q4_k_gemm_x4_wide(w, a) }
 }
 
@@ -2001,7 +1981,7 @@ unsafe fn q4_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) ->
 }
 
 pub(crate) fn dot8_q4_k_unpacked(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
-    // SAFETY: handed out only after `available()` confirmed the features.
+    // SAFETY: handed out only after `avx512_available()` confirmed the features.
     let [x, y] = unsafe { q4_k_unpacked::<2>(uw, [pre0, pre1]) };
     [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
 }
@@ -2201,7 +2181,7 @@ unsafe fn q6_k_unpacked<const G: usize>(uw: &[Chunk32], pre: [&[Chunk32]; G]) ->
 }
 
 pub(crate) fn dot8_q6_k_unpacked(uw: &[Chunk32], pre0: &[Chunk32], pre1: &[Chunk32]) -> [f32; 8] {
-    // SAFETY: handed out only after `available()` confirmed the features.
+    // SAFETY: handed out only after `avx512_available()` confirmed the features.
     let [x, y] = unsafe { q6_k_unpacked::<2>(uw, [pre0, pre1]) };
     [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
 }
