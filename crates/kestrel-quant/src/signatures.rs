@@ -139,6 +139,7 @@ pub type VecDotRows4Fn = fn(rows: [&[u8]; 4], a: &[u8]) -> [f32; 4];
 
 /// A band of `4q` weight rows (`w`, one after another, `out.len()` of them)
 /// against one activation row: `out[i]` = the plain dot of row i, with the
-/// bits of [`dot_rows4_kernel`]'s. Rows i, q + i, 2q + i and 3q + i go
-/// together (four streams, as decode reads a band), all in one call.
+/// bits of [`dot_rows4_kernel`](crate::dot_rows4_kernel)'s. Rows i, q + i,
+/// 2q + i and 3q + i go together (four streams, as decode reads a band),
+/// all in one call.
 pub type VecDotBandFn = fn(w: &[u8], a: &[u8], out: &mut [f32]);

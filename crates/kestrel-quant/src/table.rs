@@ -124,6 +124,15 @@ const PATHS: [DotPath; 4] = [
     DotPath::Tiled,
 ];
 
+// `TypeKernels::path` indexes by `DotPath as usize`: the order must match.
+const _: () = {
+    let mut i = 0;
+    while i < PATHS.len() {
+        assert!(PATHS[i] as usize == i, "PATHS in DotPath's order");
+        i += 1;
+    }
+};
+
 /// Everything one type runs on this machine: its block kernels and each
 /// path's dot kernels.
 #[derive(Clone, Copy)]
@@ -185,7 +194,7 @@ pub fn type_kernels(ty: GgmlType) -> &'static TypeKernels {
     &table[i]
 }
 
-/// The dot kernel [`vec_dot_on`] runs for `path` and `ty` (the SIMD build
+/// The dot kernel [`vec_dot_on`](crate::vec_dot_on) runs for `path` and `ty` (the SIMD build
 /// where this CPU has one), to call once per weight row without re-resolving
 /// it. It takes `(n, weight row, activation row)`; lengths are the caller's
 /// to check (a mismatch gives a wrong number or a panic, never undefined
