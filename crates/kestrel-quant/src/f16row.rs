@@ -12,7 +12,7 @@ use crate::float::{f16_to_f32, f32_to_f16};
 /// summed in f64.
 pub fn f16_dot(a: &[u16], b: &[u16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f16_dot(a, b);
     }
     f16_dot_portable(a, b)
@@ -51,7 +51,7 @@ pub(crate) fn f16_dot_finish(acc: &[[f32; 8]; 4], ta: &[u16], tb: &[u16]) -> f32
 /// acc[i] = f16(v[i] * s + acc[i]), fused, with acc widened from f16.
 pub fn f16_mad(acc: &mut [u16], v: &[u16], s: f32) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f16_mad(acc, v, s);
     }
     f16_mad_portable(acc, v, s);
@@ -66,7 +66,7 @@ pub(crate) fn f16_mad_portable(acc: &mut [u16], v: &[u16], s: f32) {
 /// acc[i] = f16(acc[i] * s).
 pub fn f16_scale(acc: &mut [u16], s: f32) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f16_scale(acc, s);
     }
     f16_scale_portable(acc, s);
@@ -81,7 +81,7 @@ pub(crate) fn f16_scale_portable(acc: &mut [u16], s: f32) {
 /// acc[i] = v[i] * s + acc[i], fused, v widened from f16.
 pub fn f32_mad_f16(acc: &mut [f32], v: &[u16], s: f32) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f32_mad_f16(acc, v, s);
     }
     f32_mad_f16_portable(acc, v, s);
@@ -96,7 +96,7 @@ pub(crate) fn f32_mad_f16_portable(acc: &mut [f32], v: &[u16], s: f32) {
 /// Widens an f16 row (exact).
 pub fn f16_to_f32_row(src: &[u16], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f16_to_f32_row(src, dst);
     }
     for (d, &s) in dst.iter_mut().zip(src) {
@@ -107,7 +107,7 @@ pub fn f16_to_f32_row(src: &[u16], dst: &mut [f32]) {
 /// Rounds an f32 row to f16, nearest-even (as F16C and ggml do).
 pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_available() {
+    if crate::cpu_features::avx2_available() {
         return crate::x86::f32_to_f16_row(src, dst);
     }
     for (d, &s) in dst.iter_mut().zip(src) {
@@ -123,7 +123,7 @@ mod tests {
     /// including values that overflow or underflow f16 on the way back.
     #[test]
     fn avx2_row_ops_equal_portable() {
-        if !crate::simd::avx2_available() {
+        if !crate::cpu_features::avx2_available() {
             return;
         }
         let mut st = 0x2545_f491_4f6c_dd1du64;
