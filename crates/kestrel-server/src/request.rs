@@ -3,6 +3,7 @@
 //! parameters are built the same way for every endpoint.
 
 use kestrel_engine::{Engine, GenerateParams};
+use kestrel_sampling::check::{self, Bounds};
 use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
 use kestrel_tokenizer::Tokenizer;
@@ -76,6 +77,22 @@ fn get_f32(o: &Obj, name: &str, lo: f32, hi: f32) -> Result<Option<f32>, ApiErro
     Ok(Some(x as f32))
 }
 
+/// A number within a sampler parameter's `bounds` (kestrel-sampling's
+/// [`check`] holds them, for the CLI too).
+fn get_f32_in(o: &Obj, bounds: Bounds<f64>) -> Result<Option<f32>, ApiError> {
+    let name = bounds.field;
+    let Some(v) = field(o, name) else {
+        return Ok(None);
+    };
+    let x = v.as_f64().ok_or_else(|| wrong(name, "a number", v))?;
+    let x = bounds.check(x).map_err(range_error)?;
+    Ok(Some(x as f32))
+}
+
+fn range_error(e: kestrel_sampling::RangeError) -> ApiError {
+    ApiError::bad_request(e.to_string())
+}
+
 /// The request's stop strings (`stop`: one or an array), within the caps.
 fn stop_strings(o: &Obj) -> Result<Vec<String>, ApiError> {
     let stop: Vec<String> = match field(o, "stop") {
@@ -115,7 +132,11 @@ fn stop_strings(o: &Obj) -> Result<Vec<String>, ApiError> {
 fn requested_n_predict(o: &Obj) -> Result<i64, ApiError> {
     let mut n_predict = -1i64;
     for name in ["n_predict", "max_tokens", "max_completion_tokens"] {
-        if let Some(n) = get_int(o, name, -1, i64::from(u32::MAX))? {
+        let bounds = Bounds {
+            field: name,
+            ..check::N_PREDICT
+        };
+        if let Some(n) = get_int_in(o, bounds)? {
             if n >= 0 && (n_predict < 0 || n < n_predict) {
                 n_predict = n;
             }
@@ -132,17 +153,25 @@ const MAX_STOP_BYTES: usize = 1024;
 
 /// `repeat_penalty`: logits are divided by it, so it must be above 0.
 fn repeat_penalty(o: &Obj) -> Result<Option<f32>, ApiError> {
-    let p = get_f32(o, "repeat_penalty", 0.0, 100.0)?;
-    if p.is_some_and(|p| p <= 0.0) {
-        return Err(ApiError::bad_request(
-            "'repeat_penalty' must be above 0 (1 leaves the logits as they are)",
-        ));
-    }
-    Ok(p)
+    get_f32_in(o, check::REPEAT_PENALTY)
 }
 
 /// An integer within `lo..=hi`.
-pub fn get_int(o: &Obj, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+pub fn get_int(o: &Obj, name: &'static str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    get_int_in(
+        o,
+        Bounds {
+            field: name,
+            lo,
+            hi,
+            above_lo: None,
+        },
+    )
+}
+
+/// An integer within `bounds`, the field they name.
+fn get_int_in(o: &Obj, bounds: Bounds<i64>) -> Result<Option<i64>, ApiError> {
+    let name = bounds.field;
     let Some(v) = field(o, name) else {
         return Ok(None);
     };
@@ -153,20 +182,11 @@ pub fn get_int(o: &Obj, name: &str, lo: i64, hi: i64) -> Result<Option<i64>, Api
             Some(f) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
             // A whole number past i64 (an u64, 1e300) is out of range, not
             // of the wrong type.
-            Some(f) if f.fract() == 0.0 => {
-                return Err(ApiError::bad_request(format!(
-                    "'{name}' must be between {lo} and {hi}, got {v}"
-                )))
-            }
+            Some(f) if f.fract() == 0.0 => return Err(range_error(bounds.outside(v))),
             _ => return Err(wrong(name, "an integer", v)),
         },
     };
-    if !(lo..=hi).contains(&x) {
-        return Err(ApiError::bad_request(format!(
-            "'{name}' must be between {lo} and {hi}, got {x}"
-        )));
-    }
-    Ok(Some(x))
+    bounds.check(x).map(Some).map_err(range_error)
 }
 
 /// Which endpoint a request came to; decides field names and defaults.
@@ -323,20 +343,17 @@ pub fn gen_request(
     };
     let n_vocab = engine.model.spec.hparams.n_vocab;
     let mut sampler = SamplerParams {
-        temperature: get_f32(o, "temperature", 0.0, 100.0)?.unwrap_or(d.temperature),
+        temperature: get_f32_in(o, check::TEMPERATURE)?.unwrap_or(d.temperature),
         // 0 or less is off, as llama-server reads it (it clamps to 0) and
         // as vLLM's clients send it (-1).
-        top_k: get_int(o, "top_k", i64::from(i32::MIN), i64::from(i32::MAX))?
-            .map_or(d.top_k, |k| k.max(0) as i32),
-        top_p: get_f32(o, "top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
-        min_p: get_f32(o, "min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
+        top_k: get_int_in(o, check::TOP_K)?.map_or(d.top_k, |k| k.max(0) as i32),
+        top_p: get_f32_in(o, check::TOP_P)?.unwrap_or(d.top_p),
+        min_p: get_f32_in(o, check::MIN_P)?.unwrap_or(d.min_p),
         seed,
         repeat_penalty: repeat_penalty(o)?.unwrap_or(d.repeat_penalty),
-        repeat_last_n: get_int(o, "repeat_last_n", -1, i64::from(i32::MAX))?
-            .map_or(d.repeat_last_n, |n| n as i32),
-        frequency_penalty: get_f32(o, "frequency_penalty", -2.0, 2.0)?
-            .unwrap_or(d.frequency_penalty),
-        presence_penalty: get_f32(o, "presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
+        repeat_last_n: get_int_in(o, check::REPEAT_LAST_N)?.map_or(d.repeat_last_n, |n| n as i32),
+        frequency_penalty: get_f32_in(o, check::FREQUENCY_PENALTY)?.unwrap_or(d.frequency_penalty),
+        presence_penalty: get_f32_in(o, check::PRESENCE_PENALTY)?.unwrap_or(d.presence_penalty),
         logit_bias: logit_bias(o, n_vocab, &|t| engine.tokenizer.encode(t, false, false))?,
     };
     llama_sampling(o, &mut sampler)?;
@@ -587,11 +604,10 @@ fn logit_bias(
     let bias = |v: &Value| -> Result<f32, ApiError> {
         match v {
             Value::Bool(false) => Ok(f32::NEG_INFINITY),
-            Value::Number(n) => n
-                .as_f64()
-                .filter(|b| b.is_finite() && b.abs() <= 1e6)
+            // (A JSON number is never NaN: `as_f64` always answers.)
+            Value::Number(n) => check::check_logit_bias(n.as_f64().unwrap_or(f64::NAN))
                 .map(|b| b as f32)
-                .ok_or_else(|| ApiError::bad_request("logit_bias: bias out of range")),
+                .map_err(range_error),
             other => Err(wrong("logit_bias value", "a number or false", other)),
         }
     };
