@@ -1,7 +1,7 @@
 //! Token sampling: sampler parameters, the CPU reference sampler (the exact distribution a GPU
 //! sampler is held to), the seeded random generator ([`XorShift`]) that GPU sampling kernels
 //! must reproduce bit for bit, top-N log-probabilities, and stop-string matching for streamed
-//! text ([`StopMatcher`]).
+//! text ([`StopMatcher`]), and the parameters' valid ranges ([`check`]).
 //!
 //! # The chain
 //!
@@ -64,8 +64,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod check;
 pub mod stop;
 
+pub use check::RangeError;
 pub use stop::{StopMatcher, StopStep};
 
 /// Sampling parameters.

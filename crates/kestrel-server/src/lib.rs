@@ -4,19 +4,18 @@
 //! connections' read timeouts, the routes, API-key checks, the JSON shape
 //! of every error (including the router's own 404/405/408/413;
 //! [`parse_errors`] gives hyper's own 400/414/431 the same body) and graceful
-//! shutdown; [`api`] owns the
-//! endpoints, [`request`] the parsing of request bodies, [`worker`] the
-//! engine thread and its queue.
+//! shutdown; `api` owns the
+//! endpoints (one file per API dialect) and the reading of request bodies,
+//! [`worker`] the engine thread and its queue.
 //!
 //! Requests run together in a continuous batch of `--parallel` slots; more
 //! wait in a bounded queue.
 
-pub mod api;
+mod api;
 pub mod error;
 mod memory;
 mod parse_errors;
 pub mod prepare;
-pub mod request;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -242,3 +242,115 @@ pub fn assert_error(r: &Reply, status: u16, what: &str) {
     );
     assert!(e["type"].is_string(), "{what}: {v}");
 }
+
+// Exchanges several serve test files share.
+
+pub fn chat_body(stream: bool) -> Value {
+    json!({
+        "model": "anything",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 12, "temperature": 0, "seed": 7, "stream": stream,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+/// Checks the SSE invariants and returns the streamed text.
+pub fn check_stream(r: &Reply, object: &str, text_of: impl Fn(&Value) -> Option<String>) -> String {
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(chunks.len() >= 3, "{events:?}");
+    let id = chunks[0]["id"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    let with_choices: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"].as_array().unwrap().is_empty())
+        .collect();
+    for (i, c) in with_choices.iter().enumerate() {
+        assert_eq!(c["id"], id.as_str(), "every chunk carries the same id");
+        assert_eq!(c["object"], object);
+        let choice = &c["choices"][0];
+        let last = i + 1 == with_choices.len();
+        assert_eq!(
+            choice["finish_reason"].is_string(),
+            last,
+            "finish_reason only on the last choice chunk: {c}"
+        );
+        if let Some(t) = text_of(choice) {
+            text.push_str(&t);
+        }
+    }
+    // include_usage: one final chunk with no choices carries the usage.
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["id"], id.as_str());
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    text
+}
+
+/// Opens a completion on a new connection and checks its 200 (a stream's
+/// head comes before its first token, even while it waits in the queue).
+pub fn open_completion(port: u16, body: &str) -> BufReader<TcpStream> {
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let (r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+    assert_eq!(status, 200, "{body}");
+    r
+}
+
+/// The value of one metric in `/metrics` text.
+pub fn metric(port: u16, name: &str) -> f64 {
+    let text = request(port, "GET", "/metrics", "").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Reads SSE events from an open stream until `[DONE]`; returns the text of
+/// the completion chunks.
+pub fn read_stream<R: BufRead>(r: &mut R) -> String {
+    let mut body = Vec::new();
+    while let Some(c) = next_chunk(r).unwrap() {
+        body.extend(c);
+    }
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| {
+            let v: Value = serde_json::from_str(e).unwrap();
+            v["choices"][0]["text"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+pub fn busy_slots(port: u16) -> usize {
+    let v = request(port, "GET", "/slots", "").json();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["is_processing"] == true)
+        .count()
+}
+
+/// Drops the client's connection `conn`, then waits until `/slots` shows
+/// every slot idle, which must take less than `limit`.
+pub fn leave_and_wait_for_idle_slots<C>(port: u16, conn: C, limit: Duration) {
+    let t0 = Instant::now();
+    drop(conn);
+    while busy_slots(port) > 0 {
+        assert!(
+            t0.elapsed() < limit,
+            "the slot is still busy {:?} after the client left",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
