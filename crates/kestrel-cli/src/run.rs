@@ -134,33 +134,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         (None, None) => bail!("no prompt: pass -p TEXT or -f FILE"),
     };
     let threads = threads_arg(a.threads)?;
-    if !(a.top_p.is_finite() && (0.0..=1.0).contains(&a.top_p)) {
-        bail!("--top-p must be in [0, 1], got {}", a.top_p);
-    }
-    if !(a.min_p.is_finite() && (0.0..=1.0).contains(&a.min_p)) {
-        bail!("--min-p must be in [0, 1], got {}", a.min_p);
-    }
-    if !a.temp.is_finite() {
-        bail!("--temp must be a finite number");
-    }
-    if !(a.repeat_penalty.is_finite() && a.repeat_penalty > 0.0) {
-        bail!(
-            "--repeat-penalty must be a finite number greater than 0, got {}",
-            a.repeat_penalty
-        );
-    }
-    if a.repeat_last_n < -1 {
-        bail!(
-            "--repeat-last-n must be -1 (all tokens), 0 (off) or positive, got {}",
-            a.repeat_last_n
-        );
-    }
-    if !a.frequency_penalty.is_finite() {
-        bail!("--frequency-penalty must be a finite number");
-    }
-    if !a.presence_penalty.is_finite() {
-        bail!("--presence-penalty must be a finite number");
-    }
+    check_sampler_flags(&a)?;
     let logit_bias = a
         .logit_bias
         .iter()
@@ -265,6 +239,30 @@ pub fn run(a: RunArgs) -> Result<()> {
         if on_gpu { " (gpu)" } else { "" }
     );
     Ok(())
+}
+
+/// The sampler flags against the ranges the server holds its JSON fields
+/// to (`kestrel_sampling::check`), the error naming the flag. A negative
+/// temperature is llama.cpp's greedy, as 0 is.
+fn check_sampler_flags(a: &RunArgs) -> Result<()> {
+    let params = SamplerParams {
+        temperature: if a.temp < 0.0 { 0.0 } else { a.temp },
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: a.repeat_last_n,
+        frequency_penalty: a.frequency_penalty,
+        presence_penalty: a.presence_penalty,
+        ..SamplerParams::greedy()
+    };
+    params.check().map_err(|e| {
+        let flag = match e.field {
+            "temperature" => "--temp".to_string(),
+            field => format!("--{}", field.replace('_', "-")),
+        };
+        anyhow::anyhow!("{flag}: {e}")
+    })
 }
 
 /// Parses llama.cpp's `--logit-bias` value: `TOKEN_ID`, then `+` or `-`,
