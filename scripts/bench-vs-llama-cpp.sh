@@ -10,6 +10,8 @@
 # The same settings can come from the environment: THREADS (default 2),
 # REPS (5), N_PROMPT (512), N_GEN (128), MODELS (space-separated);
 # PAIRED (3) sets kestrel bench's --bw-paired rounds (0: none).
+# KESTREL_BIN runs that kestrel binary instead of building this tree's
+# (to set an older build beside this one in the same session).
 # -p/-n take llama-bench's comma lists; 0 skips that test.
 # The table goes to stdout; progress and the tools' logs go to stderr.
 set -euo pipefail
@@ -23,7 +25,7 @@ n_gen="${N_GEN:-128}"
 models="${MODELS:-smollm2 gemma3 qwen2}"
 paired="${PAIRED:-3}"
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 while getopts "t:r:p:n:h" opt; do
   case "$opt" in
     t) threads="$OPTARG" ;;
@@ -63,9 +65,13 @@ done
 [ ${#files[@]} -gt 0 ] || { echo "error: no models selected" >&2; exit 1; }
 
 bin="$(scripts/build-llama-cpp.sh | tail -1)"
-echo "building kestrel (release)..." >&2
-cargo build --release -p kestrel-cli >&2
-kestrel="$root/target/release/kestrel"
+if [ -n "${KESTREL_BIN:-}" ]; then
+  kestrel="$KESTREL_BIN"
+else
+  echo "building kestrel (release)..." >&2
+  cargo build --release -p kestrel-cli >&2
+  kestrel="$root/target/release/kestrel"
+fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
