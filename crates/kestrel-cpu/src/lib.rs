@@ -4,7 +4,7 @@
 
 pub mod attention;
 mod fork;
-mod kvstore;
+mod kv_cache;
 pub mod matmul;
 pub mod ops;
 mod profile;
@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
 use kestrel_model::{Activation, ModelSpec, RopeStyle};
 use kestrel_quant::dequantize_row;
+pub use kv_cache::KvCache;
 use matmul::{quantize_rows, run_products, MatRef, Product};
 use profile::Profiler;
 pub use profile::{Profile, ProfileEntry};
@@ -88,75 +89,9 @@ pub struct CpuModel {
     profiler: Profiler,
 }
 
-/// Keys and values of every layer, stored as f16 like llama.cpp's default
-/// cache (in one buffer of huge pages: see `kvstore`), each layer's rows
-/// head-major: a KV head's rows together, so an attention task, which
-/// reads one KV head of one sequence, reads its keys and values as two
-/// unbroken streams. Position-major, a task's rows were 128 bytes of every
-/// 384 (SmolLM2), each a separate fetch. batchbench, SmolLM2, two threads,
-/// a set of caches in each layout taking turns step by step, rate head-
-/// major over position-major: contexts 32-236, one sequence 1.03x in three
-/// runs, four sequences 1.02x, 1.03x, 1.01x; contexts 32-486, one sequence
-/// 1.03x twice, four 1.04x twice.
-pub struct KvCache {
-    store: kvstore::KvStore,
-    n_ctx: usize,
-    k_width: usize,
-    v_width: usize,
-    /// The cells of llama.cpp's sliding-window cache where that is a ring
-    /// smaller than the context (see [`attention::AttnItem::ring`]); 0
-    /// where it holds every position (`--swa-full`, or no window). The
-    /// window layers then keep only that many rows, position p in row
-    /// p mod `swa_ring`, as llama.cpp's cells hold them.
-    swa_ring: usize,
-    /// Which layers are sliding-window layers.
-    swa_layers: Vec<bool>,
-}
-
 /// llama.cpp's default micro-batch (`n_ubatch`): its sliding-window cache
 /// holds the window plus one micro-batch.
 const N_UBATCH: usize = 512;
-
-impl KvCache {
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-
-    /// Sliding-window layers attend as llama.cpp's full-size window cache
-    /// (`--swa-full`) has them: every position in its own cell, visited in
-    /// position order. By default they follow llama.cpp's default, a ring
-    /// of the window plus a micro-batch, whose visiting order turns once
-    /// the positions pass its size.
-    /// Call it before the cache's first use: the window layers' rows are
-    /// allocated anew, for every position.
-    pub fn full_swa(&mut self) {
-        if self.swa_ring == 0 {
-            return;
-        }
-        self.swa_ring = 0;
-        let rows = vec![self.n_ctx; self.swa_layers.len()];
-        self.store = kvstore::KvStore::new(&rows, self.k_width, self.v_width);
-    }
-
-    /// Rows layer `l` holds for each KV head: the context, or a window
-    /// layer's ring.
-    fn rows(&self, l: usize) -> usize {
-        self.store.k(l).len() / self.k_width
-    }
-
-    /// The window ring's size (0: none); a reused prefix must keep the
-    /// window before its end (see [`KvCache::keeps`]).
-    pub fn swa_ring(&self) -> usize {
-        self.swa_ring
-    }
-
-    /// Whether, after positions up to `written` were stored, positions
-    /// `from..to` are all still held: in a window layer's ring a later
-    /// position takes the row of the one a ring's length before it.
-    pub fn keeps(&self, from: usize, to: usize, written: usize) -> bool {
-        self.swa_ring == 0 || from >= to || written <= from + self.swa_ring
-    }
-}
 
 /// One sequence's part of a batched forward pass: its new tokens, the
 /// position of the first, its cache and which logits it wants.
@@ -376,27 +311,7 @@ impl CpuModel {
     }
 
     pub fn new_cache(&self, n_ctx: usize) -> KvCache {
-        let hp = &self.spec.hparams;
-        let k_width = hp.n_head_kv * hp.head_dim_k;
-        let v_width = hp.n_head_kv * hp.head_dim_v;
-        let ring = swa_ring(hp, n_ctx);
-        // A window layer in a ring keeps the ring's rows only.
-        let rows = |l: usize| {
-            if ring > 0 && hp.swa_layers[l] {
-                ring
-            } else {
-                n_ctx
-            }
-        };
-        let rows: Vec<usize> = (0..hp.n_layer).map(rows).collect();
-        KvCache {
-            store: kvstore::KvStore::new(&rows, k_width, v_width),
-            n_ctx,
-            k_width,
-            v_width,
-            swa_ring: ring,
-            swa_layers: hp.swa_layers.clone(),
-        }
+        KvCache::new(&self.spec.hparams, n_ctx)
     }
 
     fn mat(&self, w: &Weight) -> MatRef<'_> {
@@ -649,7 +564,10 @@ impl CpuModel {
         let mut spans = Vec::with_capacity(seqs.len());
         for s in seqs.iter() {
             assert!(!s.tokens.is_empty(), "forward needs at least one token");
-            assert!(s.pos0 + s.tokens.len() <= s.cache.n_ctx, "context overflow");
+            assert!(
+                s.pos0 + s.tokens.len() <= s.cache.n_ctx(),
+                "context overflow"
+            );
             spans.push(tokens.len()..tokens.len() + s.tokens.len());
             tokens.extend_from_slice(s.tokens);
             pos.extend(s.pos0..s.pos0 + s.tokens.len());
@@ -792,59 +710,22 @@ impl CpuModel {
                 window,
             };
             for (s, span) in seqs.iter_mut().zip(&spans) {
-                let cache = &mut *s.cache;
-                // A ring must hold a pass's rows and the window before them
-                // (llama.cpp sizes it for its 512-token micro-batches).
-                assert!(
-                    !swa || cache.swa_ring == 0 || span.len() + window <= cache.swa_ring,
-                    "a pass of {} tokens overruns the window ring",
-                    span.len()
+                s.cache.store(
+                    il,
+                    &shape,
+                    s.pos0,
+                    &k[span.start * k_dim..span.end * k_dim],
+                    &v[span.start * v_dim..span.end * v_dim],
                 );
-                // Position p's row: p, or p mod the ring in a window layer.
-                let ring = if swa { cache.swa_ring } else { 0 };
-                let rows = cache.rows(il);
-                let (kc, vc) = cache.store.kv_mut(il);
-                for (j, t) in span.clone().enumerate() {
-                    let p = s.pos0 + j;
-                    let r = if ring > 0 { p % ring } else { p };
-                    let (kt, vt) = (
-                        &k[t * k_dim..(t + 1) * k_dim],
-                        &v[t * v_dim..(t + 1) * v_dim],
-                    );
-                    // Head h's row r (see `KvCache`).
-                    for h in 0..hp.n_head_kv {
-                        let at = h * rows + r;
-                        kestrel_quant::f32_to_f16_row(
-                            &kt[h * hd_k..(h + 1) * hd_k],
-                            &mut kc[at * hd_k..(at + 1) * hd_k],
-                        );
-                        kestrel_quant::f32_to_f16_row(
-                            &vt[h * hd_v..(h + 1) * hd_v],
-                            &mut vc[at * hd_v..(at + 1) * hd_v],
-                        );
-                    }
-                }
             }
             prof.tock(t0, "kv store", 0);
             let t0 = prof.tick();
             let items: Vec<attention::AttnItem<'_>> = seqs
                 .iter()
                 .zip(&spans)
-                .map(|(s, span)| attention::AttnItem {
-                    q: &q[span.start * q_dim..span.end * q_dim],
-                    kc: s.cache.store.k(il),
-                    vc: s.cache.store.v(il),
-                    lay: attention::KvLayout::head_major(&shape, s.cache.rows(il)),
-                    pos0: s.pos0,
-                    n_tok: span.len(),
-                    // llama.cpp rounds its context up to 256 cells; a
-                    // window's ring has its own.
-                    kv_cells: if swa && s.cache.swa_ring > 0 {
-                        s.cache.swa_ring
-                    } else {
-                        s.cache.n_ctx.next_multiple_of(256)
-                    },
-                    ring: if swa { s.cache.swa_ring } else { 0 },
+                .map(|(s, span)| {
+                    let q = &q[span.start * q_dim..span.end * q_dim];
+                    s.cache.attn_item(il, &shape, q, s.pos0, span.len())
                 })
                 .collect();
             let attn = attention::attend_batch(&shape, &items, &self.pool).concat();
@@ -949,25 +830,6 @@ impl CpuModel {
 /// Most logits (floats) a model keeps between passes: decode steps of
 /// several sequences at a large vocabulary (16 MB).
 const KEEP_LOGITS: usize = 1 << 22;
-
-/// The cells of llama.cpp's sliding-window cache for a context of `n_ctx`
-/// (`llama_kv_cache_iswa`: the window plus a micro-batch, at most the
-/// context rounded up to 256, itself rounded up to 256), where that is
-/// fewer than the context's: else 0 (positions never wrap).
-fn swa_ring(hp: &kestrel_model::HParams, n_ctx: usize) -> usize {
-    if hp.sliding_window == 0 || !hp.swa_layers.iter().any(|&w| w) {
-        return 0;
-    }
-    let cells = n_ctx.next_multiple_of(256);
-    let ring = cells
-        .min(hp.sliding_window + N_UBATCH)
-        .next_multiple_of(256);
-    if ring < cells {
-        ring
-    } else {
-        0
-    }
-}
 
 /// The rows `keep` (ascending indices) of a batch of `e`-wide rows.
 fn gather_rows(x: &[f32], keep: &[usize], e: usize) -> Vec<f32> {
