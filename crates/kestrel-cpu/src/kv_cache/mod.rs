@@ -113,7 +113,7 @@ impl KvCache {
     /// heads, one a token) of the tokens from position `pos0` on, rounded
     /// to f16.
     #[inline(always)]
-    pub(crate) fn store(&mut self, l: usize, s: &AttnShape, pos0: usize, k: &[f32], v: &[f32]) {
+    pub(crate) fn write(&mut self, l: usize, s: &AttnShape, pos0: usize, k: &[f32], v: &[f32]) {
         let (hd_k, hd_v) = (s.head_dim_k, s.head_dim_v);
         let (k_dim, v_dim) = (s.n_head_kv * hd_k, s.n_head_kv * hd_v);
         let n_tok = k.len() / k_dim;
