@@ -1,10 +1,15 @@
 //! The CPU backend: binds a model's memory-mapped tensors (validated against
 //! its hyperparameters) and runs the forward pass — batched prefill and
 //! one-token decode over an f16 KV cache.
+//!
+//! This module owns the binding and the passes' entry points (micro-batches,
+//! the pool a pass runs on); the pass itself, block by block, is in
+//! `forward`, the cache in `kv_cache`, attention in [`attention`].
 
 pub mod attention;
 mod fork;
-mod kvstore;
+mod forward;
+mod kv_cache;
 pub mod matmul;
 pub mod ops;
 mod profile;
@@ -13,11 +18,10 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rayon::prelude::*;
-
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
-use kestrel_model::{Activation, ModelSpec, RopeStyle};
+use kestrel_model::ModelSpec;
 use kestrel_quant::dequantize_row;
+pub use kv_cache::{swa_ring, KvCache};
 use matmul::{quantize_rows, run_products, MatRef, Product};
 use profile::Profiler;
 pub use profile::{Profile, ProfileEntry};
@@ -88,75 +92,9 @@ pub struct CpuModel {
     profiler: Profiler,
 }
 
-/// Keys and values of every layer, stored as f16 like llama.cpp's default
-/// cache (in one buffer of huge pages: see `kvstore`), each layer's rows
-/// head-major: a KV head's rows together, so an attention task, which
-/// reads one KV head of one sequence, reads its keys and values as two
-/// unbroken streams. Position-major, a task's rows were 128 bytes of every
-/// 384 (SmolLM2), each a separate fetch. batchbench, SmolLM2, two threads,
-/// a set of caches in each layout taking turns step by step, rate head-
-/// major over position-major: contexts 32-236, one sequence 1.03x in three
-/// runs, four sequences 1.02x, 1.03x, 1.01x; contexts 32-486, one sequence
-/// 1.03x twice, four 1.04x twice.
-pub struct KvCache {
-    store: kvstore::KvStore,
-    n_ctx: usize,
-    k_width: usize,
-    v_width: usize,
-    /// The cells of llama.cpp's sliding-window cache where that is a ring
-    /// smaller than the context (see [`attention::AttnItem::ring`]); 0
-    /// where it holds every position (`--swa-full`, or no window). The
-    /// window layers then keep only that many rows, position p in row
-    /// p mod `swa_ring`, as llama.cpp's cells hold them.
-    swa_ring: usize,
-    /// Which layers are sliding-window layers.
-    swa_layers: Vec<bool>,
-}
-
 /// llama.cpp's default micro-batch (`n_ubatch`): its sliding-window cache
 /// holds the window plus one micro-batch.
 pub const N_UBATCH: usize = 512;
-
-impl KvCache {
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-
-    /// Sliding-window layers attend as llama.cpp's full-size window cache
-    /// (`--swa-full`) has them: every position in its own cell, visited in
-    /// position order. By default they follow llama.cpp's default, a ring
-    /// of the window plus a micro-batch, whose visiting order turns once
-    /// the positions pass its size.
-    /// Call it before the cache's first use: the window layers' rows are
-    /// allocated anew, for every position.
-    pub fn full_swa(&mut self) {
-        if self.swa_ring == 0 {
-            return;
-        }
-        self.swa_ring = 0;
-        let rows = vec![self.n_ctx; self.swa_layers.len()];
-        self.store = kvstore::KvStore::new(&rows, self.k_width, self.v_width);
-    }
-
-    /// Rows layer `l` holds for each KV head: the context, or a window
-    /// layer's ring.
-    fn rows(&self, l: usize) -> usize {
-        self.store.k(l).len() / self.k_width
-    }
-
-    /// The window ring's size (0: none); a reused prefix must keep the
-    /// window before its end (see [`KvCache::keeps`]).
-    pub fn swa_ring(&self) -> usize {
-        self.swa_ring
-    }
-
-    /// Whether, after positions up to `written` were stored, positions
-    /// `from..to` are all still held: in a window layer's ring a later
-    /// position takes the row of the one a ring's length before it.
-    pub fn keeps(&self, from: usize, to: usize, written: usize) -> bool {
-        self.swa_ring == 0 || from >= to || written <= from + self.swa_ring
-    }
-}
 
 /// One sequence's part of a batched forward pass: its new tokens, the
 /// position of the first, its cache and which logits it wants.
@@ -376,27 +314,7 @@ impl CpuModel {
     }
 
     pub fn new_cache(&self, n_ctx: usize) -> KvCache {
-        let hp = &self.spec.hparams;
-        let k_width = hp.n_head_kv * hp.head_dim_k;
-        let v_width = hp.n_head_kv * hp.head_dim_v;
-        let ring = swa_ring(hp, n_ctx);
-        // A window layer in a ring keeps the ring's rows only.
-        let rows = |l: usize| {
-            if ring > 0 && hp.swa_layers[l] {
-                ring
-            } else {
-                n_ctx
-            }
-        };
-        let rows: Vec<usize> = (0..hp.n_layer).map(rows).collect();
-        KvCache {
-            store: kvstore::KvStore::new(&rows, k_width, v_width),
-            n_ctx,
-            k_width,
-            v_width,
-            swa_ring: ring,
-            swa_layers: hp.swa_layers.clone(),
-        }
+        KvCache::new(&self.spec.hparams, n_ctx)
     }
 
     fn mat(&self, w: &Weight) -> MatRef<'_> {
@@ -616,379 +534,11 @@ impl CpuModel {
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
     }
-
-    fn forward_dispatch(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
-        #[cfg(target_arch = "x86_64")]
-        if kestrel_quant::avx2_in_use() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (checked just above).
-            return unsafe { self.forward_avx2(seqs) };
-        }
-        self.forward_impl(seqs)
-    }
-
-    /// The forward pass compiled with AVX2/FMA/F16C, so the element-wise
-    /// ops inlined into it (norms, RoPE, activations) use hardware FMA
-    /// instead of a libm call. Same operations, same bits.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_avx2(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
-        self.forward_impl(seqs)
-    }
-
-    /// The pass: the wanted rows' logits in one buffer (taken from
-    /// `self.logits`), and each sequence's part of it.
-    #[inline(always)]
-    fn forward_impl(&self, seqs: &mut [SeqInput<'_>]) -> (Vec<f32>, Vec<Range<usize>>) {
-        let hp = &self.spec.hparams;
-        let blk = &self.spec.block;
-        assert!(!seqs.is_empty(), "forward needs at least one sequence");
-        // Row t of the batch is token `tokens[t]` at position `pos[t]`;
-        // sequence i owns rows `spans[i]`.
-        let mut tokens = Vec::new();
-        let mut pos = Vec::new();
-        let mut spans = Vec::with_capacity(seqs.len());
-        for s in seqs.iter() {
-            assert!(!s.tokens.is_empty(), "forward needs at least one token");
-            assert!(s.pos0 + s.tokens.len() <= s.cache.n_ctx, "context overflow");
-            spans.push(tokens.len()..tokens.len() + s.tokens.len());
-            tokens.extend_from_slice(s.tokens);
-            pos.extend(s.pos0..s.pos0 + s.tokens.len());
-        }
-        let mut n_tok = tokens.len();
-        let e = hp.n_embd;
-        // The rows whose logits are wanted.
-        let keep: Vec<usize> = seqs
-            .iter()
-            .zip(&spans)
-            .flat_map(|(s, span)| match s.logits {
-                Logits::Last => span.end - 1..span.end,
-                Logits::All => span.clone(),
-            })
-            .collect();
-
-        let prof = &self.profiler;
-        let t0 = prof.tick();
-        // Embedding lookup.
-        let mut x = vec![0f32; n_tok * e];
-        let emb = self.mat(&self.tok_embd);
-        let rb = emb.data.len() / emb.rows;
-        for (t, &id) in tokens.iter().enumerate() {
-            let id = id as usize;
-            assert!(id < emb.rows, "token id out of range");
-            dequantize_row(
-                emb.ty,
-                &emb.data[id * rb..(id + 1) * rb],
-                &mut x[t * e..(t + 1) * e],
-            );
-        }
-        if blk.scale_embeddings {
-            let s = (e as f32).sqrt();
-            x.iter_mut().for_each(|v| *v *= s);
-        }
-
-        prof.tock(t0, "embedding", 0);
-        let (hd_k, hd_v) = (hp.head_dim_k, hp.head_dim_v);
-        let q_dim = hp.n_head * hd_k;
-        let k_dim = hp.n_head_kv * hd_k;
-        let v_dim = hp.n_head_kv * hd_v;
-        let neox = blk.rope == RopeStyle::Neox;
-        let mut h = vec![0f32; n_tok * e];
-        // Each token's rotation table once per pass, not once a layer: the
-        // layers with the same base and scale share it, and its sines and
-        // cosines cost as much as the rotations (batchbench, SmolLM2, four
-        // sequences: "rope" 0.04 -> 0.01 ms a step).
-        let rope_table = |base: f32, freq_scale: f32| {
-            let mut one = Vec::new();
-            let mut all = Vec::with_capacity(n_tok * hp.n_rot);
-            for &p in &pos {
-                ops::rope_cache(p, hp.n_rot, base, freq_scale, &mut one);
-                all.extend_from_slice(&one);
-            }
-            all
-        };
-        let t0 = prof.tick();
-        let rope_global = rope_table(hp.rope_base, hp.rope_freq_scale);
-        let rope_swa = if hp.swa_layers.iter().any(|&swa| swa) {
-            rope_table(hp.rope_base_swa, 1.0)
-        } else {
-            Vec::new()
-        };
-        prof.tock(t0, "rope", 0);
-
-        for (il, layer) in self.layers.iter().enumerate() {
-            let t0 = prof.tick();
-            norm_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h[..n_tok * e], e);
-            prof.tock(t0, "norm", 0);
-            let (mut q, mut k, v) = if let Some(wqkv) = &layer.wqkv {
-                let qkv = self.mm(wqkv, &h, &spans);
-                let w = q_dim + k_dim + v_dim;
-                let mut q = Vec::with_capacity(n_tok * q_dim);
-                let mut k = Vec::with_capacity(n_tok * k_dim);
-                let mut v = Vec::with_capacity(n_tok * v_dim);
-                for row in qkv.chunks_exact(w) {
-                    q.extend_from_slice(&row[..q_dim]);
-                    k.extend_from_slice(&row[q_dim..q_dim + k_dim]);
-                    v.extend_from_slice(&row[q_dim + k_dim..]);
-                }
-                (q, k, v)
-            } else {
-                let [q, k, v] = self.mm_shared(
-                    [
-                        layer.wq.as_ref().expect("bound"),
-                        layer.wk.as_ref().expect("bound"),
-                        layer.wv.as_ref().expect("bound"),
-                    ],
-                    &h,
-                    &spans,
-                );
-                (q, k, v)
-            };
-            let mut v = v;
-            let t0 = prof.tick();
-            for (buf, bias) in [
-                (&mut q, &layer.bq),
-                (&mut k, &layer.bk),
-                (&mut v, &layer.bv),
-            ] {
-                if let Some(bias) = bias {
-                    for row in buf.chunks_exact_mut(bias.len()) {
-                        row.iter_mut().zip(bias).for_each(|(a, b)| *a += b);
-                    }
-                }
-            }
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q.par_chunks_mut(PAR_ROWS * hd_k)
-                    .for_each(|hds| ops::rms_norm_rows_inplace(hds, qn, hp.rms_eps));
-                k.par_chunks_mut(PAR_ROWS * hd_k)
-                    .for_each(|hds| ops::rms_norm_rows_inplace(hds, kn, hp.rms_eps));
-            }
-            prof.tock(t0, "norm, bias", 0);
-            let t0 = prof.tick();
-            let swa = hp.swa_layers[il];
-            let table = if swa { &rope_swa } else { &rope_global };
-            // (No rows at all where n_rot is 0: nothing to rotate.)
-            for (t, rope) in table.chunks_exact(hp.n_rot.max(1)).enumerate() {
-                for hd in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd_k) {
-                    ops::rope_apply(hd, rope, hp.n_rot, neox);
-                }
-                for hd in k[t * k_dim..(t + 1) * k_dim].chunks_exact_mut(hd_k) {
-                    ops::rope_apply(hd, rope, hp.n_rot, neox);
-                }
-            }
-            if blk.prescale_q {
-                q.iter_mut().for_each(|v| *v *= hp.attn_scale);
-            }
-            prof.tock(t0, "rope", 0);
-            let t0 = prof.tick();
-            // Store each sequence's keys and values, then attend over its cache.
-            let scale = if blk.prescale_q { 1.0 } else { hp.attn_scale };
-            let window = if swa { hp.sliding_window } else { 0 };
-            let shape = attention::AttnShape {
-                n_head: hp.n_head,
-                n_head_kv: hp.n_head_kv,
-                head_dim_k: hd_k,
-                head_dim_v: hd_v,
-                scale,
-                window,
-            };
-            for (s, span) in seqs.iter_mut().zip(&spans) {
-                let cache = &mut *s.cache;
-                // A ring must hold a pass's rows and the window before them
-                // (llama.cpp sizes it for its 512-token micro-batches).
-                assert!(
-                    !swa || cache.swa_ring == 0 || span.len() + window <= cache.swa_ring,
-                    "a pass of {} tokens overruns the window ring",
-                    span.len()
-                );
-                // Position p's row: p, or p mod the ring in a window layer.
-                let ring = if swa { cache.swa_ring } else { 0 };
-                let rows = cache.rows(il);
-                let (kc, vc) = cache.store.kv_mut(il);
-                for (j, t) in span.clone().enumerate() {
-                    let p = s.pos0 + j;
-                    let r = if ring > 0 { p % ring } else { p };
-                    let (kt, vt) = (
-                        &k[t * k_dim..(t + 1) * k_dim],
-                        &v[t * v_dim..(t + 1) * v_dim],
-                    );
-                    // Head h's row r (see `KvCache`).
-                    for h in 0..hp.n_head_kv {
-                        let at = h * rows + r;
-                        kestrel_quant::f32_to_f16_row(
-                            &kt[h * hd_k..(h + 1) * hd_k],
-                            &mut kc[at * hd_k..(at + 1) * hd_k],
-                        );
-                        kestrel_quant::f32_to_f16_row(
-                            &vt[h * hd_v..(h + 1) * hd_v],
-                            &mut vc[at * hd_v..(at + 1) * hd_v],
-                        );
-                    }
-                }
-            }
-            prof.tock(t0, "kv store", 0);
-            let t0 = prof.tick();
-            let items: Vec<attention::AttnItem<'_>> = seqs
-                .iter()
-                .zip(&spans)
-                .map(|(s, span)| attention::AttnItem {
-                    q: &q[span.start * q_dim..span.end * q_dim],
-                    kc: s.cache.store.k(il),
-                    vc: s.cache.store.v(il),
-                    lay: attention::KvLayout::head_major(&shape, s.cache.rows(il)),
-                    pos0: s.pos0,
-                    n_tok: span.len(),
-                    // llama.cpp rounds its context up to 256 cells; a
-                    // window's ring has its own.
-                    kv_cells: if swa && s.cache.swa_ring > 0 {
-                        s.cache.swa_ring
-                    } else {
-                        s.cache.n_ctx.next_multiple_of(256)
-                    },
-                    ring: if swa { s.cache.swa_ring } else { 0 },
-                })
-                .collect();
-            let attn = attention::attend_batch(&shape, &items, &self.pool).concat();
-            prof.tock(t0, "attention", 0);
-            let mut o = self.mm(&layer.wo, &attn, &spans);
-            let t0 = prof.tick();
-            // As llama.cpp, the last layer carries on with only the rows whose
-            // logits are wanted: its feed-forward products then see the same
-            // batch shape (and so take the same kernels) as the peer's.
-            if il + 1 == self.layers.len() && keep.len() < n_tok {
-                o = gather_rows(&o, &keep, e);
-                x = gather_rows(&x, &keep, e);
-                n_tok = keep.len();
-                h.truncate(n_tok * e);
-                let mut at = 0;
-                for (s, span) in seqs.iter().zip(spans.iter_mut()) {
-                    let rows = match s.logits {
-                        Logits::Last => 1,
-                        Logits::All => span.len(),
-                    };
-                    *span = at..at + rows;
-                    at += rows;
-                }
-            }
-            if let Some(pn) = &layer.post_attn_norm {
-                o.par_chunks_mut(PAR_ROWS * e)
-                    .for_each(|rows| ops::rms_norm_rows_inplace(rows, pn, hp.rms_eps));
-            }
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-
-            norm_rows(&x, &layer.ffn_norm, hp.rms_eps, &mut h[..n_tok * e], e);
-            prof.tock(t0, "norm", 0);
-            let n_ff = hp.n_ff;
-            let (gate, up) = match &layer.ffn_gate {
-                Some(g) => {
-                    let [g, u] = self.mm_shared([g, &layer.ffn_up], &h, &spans);
-                    (g, u)
-                }
-                None => {
-                    let gu = self.mm(&layer.ffn_up, &h, &spans);
-                    let mut g = Vec::with_capacity(n_tok * n_ff);
-                    let mut u = Vec::with_capacity(n_tok * n_ff);
-                    for row in gu.chunks_exact(2 * n_ff) {
-                        g.extend_from_slice(&row[..n_ff]);
-                        u.extend_from_slice(&row[n_ff..]);
-                    }
-                    (g, u)
-                }
-            };
-            let t0 = prof.tick();
-            let mut act = vec![0f32; n_tok * n_ff];
-            let glu = match blk.activation {
-                Activation::SiluGlu => ops::swiglu,
-                Activation::GeluGlu => ops::geglu,
-            };
-            // Rows are independent: a prompt batch splits them over the pool.
-            act.par_chunks_mut(n_ff)
-                .zip(gate.par_chunks(n_ff).zip(up.par_chunks(n_ff)))
-                .with_min_len(PAR_ROWS)
-                .for_each(|(y, (g, u))| glu(g, u, y));
-            prof.tock(t0, "activation", 0);
-            let mut d = self.mm(&layer.ffn_down, &act, &spans);
-            let t0 = prof.tick();
-            if let Some(pn) = &layer.post_ffn_norm {
-                d.par_chunks_mut(PAR_ROWS * e)
-                    .for_each(|rows| ops::rms_norm_rows_inplace(rows, pn, hp.rms_eps));
-            }
-            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
-            prof.tock(t0, "norm", 0);
-        }
-
-        // After the last layer `x` holds only the wanted rows, in order.
-        let mut normed = vec![0f32; n_tok * e];
-        ops::rms_norm_rows(&x, &self.output_norm, hp.rms_eps, &mut normed);
-        let nv = self.output.rows;
-        // Every element is written by the product: a buffer of the same
-        // size as the last pass's is reused as it stands.
-        let mut logits =
-            std::mem::take(&mut *self.logits.lock().unwrap_or_else(|e| e.into_inner()));
-        logits.resize(n_tok * nv, 0.0);
-        self.mm_shared_into([&self.output], &normed, &spans, [&mut logits]);
-        if hp.final_logit_softcap > 0.0 {
-            ops::softcap(&mut logits, hp.final_logit_softcap);
-        }
-        let mut at = 0;
-        let parts = seqs
-            .iter()
-            .zip(&spans)
-            .map(|(s, span)| {
-                let rows = match s.logits {
-                    Logits::Last => 1,
-                    Logits::All => span.len(),
-                };
-                at += rows * nv;
-                at - rows * nv..at
-            })
-            .collect();
-        (logits, parts)
-    }
 }
 
 /// Most logits (floats) a model keeps between passes: decode steps of
 /// several sequences at a large vocabulary (16 MB).
 const KEEP_LOGITS: usize = 1 << 22;
-
-/// The cells of llama.cpp's sliding-window cache for a context of `n_ctx`
-/// (`llama_kv_cache_iswa`: the window plus a micro-batch, at most the
-/// context rounded up to 256, itself rounded up to 256), where that is
-/// fewer than the context's: else 0 (positions never wrap).
-pub fn swa_ring(hp: &kestrel_model::HParams, n_ctx: usize) -> usize {
-    if hp.sliding_window == 0 || !hp.swa_layers.iter().any(|&w| w) {
-        return 0;
-    }
-    let cells = n_ctx.next_multiple_of(256);
-    let ring = cells
-        .min(hp.sliding_window + N_UBATCH)
-        .next_multiple_of(256);
-    if ring < cells {
-        ring
-    } else {
-        0
-    }
-}
-
-/// The rows `keep` (ascending indices) of a batch of `e`-wide rows.
-fn gather_rows(x: &[f32], keep: &[usize], e: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(keep.len() * e);
-    for &r in keep {
-        out.extend_from_slice(&x[r * e..(r + 1) * e]);
-    }
-    out
-}
-
-/// Rows per task when a prompt batch's row-wise ops go to the pool: below
-/// this a hand-off costs more than the rows.
-const PAR_ROWS: usize = 4;
-
-/// RMSNorm of each `e`-wide row of `x` into `y` (rows split over the pool,
-/// `PAR_ROWS` to a task, whose sums of squares run side by side).
-fn norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], e: usize) {
-    y.par_chunks_mut(PAR_ROWS * e)
-        .zip(x.par_chunks(PAR_ROWS * e))
-        .for_each(|(y, x)| ops::rms_norm_rows(x, w, eps, y));
-}
 
 /// Sets its flag when dropped.
 struct SetOnDrop<'a>(&'a AtomicBool);
