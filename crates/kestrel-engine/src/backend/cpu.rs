@@ -11,16 +11,17 @@
 //! holds no worker that another backend of the same model needs (a
 //! worker blocked inside the pool would stall every pass of the model).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kestrel_cpu::attention::TILED_MIN_QUERIES;
 use kestrel_cpu::{CpuModel, KvCache, Logits, SeqInput, N_UBATCH};
 use kestrel_sampling::{Sampler, SamplerParams};
 
-use super::{Backend, DeviceFacts, Feed, Output, Profile, SeqId, Want};
+use super::{Backend, DeviceFacts, Feed, Output, Profile, ProfileEntry, SeqId, Want};
 use crate::EngineError;
 
 /// What the worker is told, in order.
@@ -37,6 +38,19 @@ enum Command {
         n: usize,
     },
     Step(Vec<Feed>),
+}
+
+/// Time spent choosing tokens while profiling: (time, calls).
+#[derive(Default)]
+struct SamplingClock {
+    on: AtomicBool,
+    spent: Mutex<(Duration, u64)>,
+}
+
+impl SamplingClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Duration, u64)> {
+        self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A sequence as the worker holds it.
@@ -64,6 +78,8 @@ pub struct CpuBackend {
     swa_ring: usize,
     window: usize,
     seqs: Vec<Option<Mirror>>,
+    /// Token selection's time, which the model's own probes do not see.
+    sampling: Arc<SamplingClock>,
     commands: Option<Sender<Command>>,
     results: Receiver<Vec<Output>>,
     worker: Option<JoinHandle<()>>,
@@ -77,9 +93,11 @@ impl CpuBackend {
         let (commands, worker_commands) = channel::<Command>();
         let (worker_results, results) = channel();
         let m = model.clone();
+        let sampling = Arc::new(SamplingClock::default());
+        let clock = sampling.clone();
         let worker = std::thread::Builder::new()
             .name("kestrel-cpu".into())
-            .spawn(move || serve(&m, n_ctx, swa_full, worker_commands, worker_results))
+            .spawn(move || serve(&m, n_ctx, swa_full, &clock, worker_commands, worker_results))
             .map_err(|_| EngineError::DecodeWorker)?;
         let swa_ring = if swa_full {
             0
@@ -98,6 +116,7 @@ impl CpuBackend {
             model,
             swa_ring,
             seqs: Vec::new(),
+            sampling,
             commands: Some(commands),
             results,
             worker: Some(worker),
@@ -277,11 +296,22 @@ impl Backend for CpuBackend {
 
     fn set_profiling(&mut self, on: bool) -> Result<(), EngineError> {
         self.model.set_profiling(on);
+        self.sampling.on.store(on, Ordering::Relaxed);
         Ok(())
     }
 
     fn take_profile(&mut self) -> Result<Profile, EngineError> {
-        Ok(self.model.take_profile())
+        let mut p = self.model.take_profile();
+        let (time, calls) = std::mem::take(&mut *self.sampling.lock());
+        if calls > 0 {
+            p.entries.push(ProfileEntry {
+                class: "sampling".into(),
+                time,
+                bytes: 0,
+                calls,
+            });
+        }
+        Ok(p)
     }
 }
 
@@ -296,6 +326,7 @@ fn serve(
     model: &CpuModel,
     n_ctx: usize,
     swa_full: bool,
+    clock: &SamplingClock,
     commands: Receiver<Command>,
     results: Sender<Vec<Output>>,
 ) {
@@ -306,7 +337,7 @@ fn serve(
         let (back, go_on) = model.install(|| {
             let mut next = Some(first);
             while let Some(c) = next.take() {
-                if !handle(model, n_ctx, swa_full, &mut seqs, c, &results) {
+                if !handle(model, (n_ctx, swa_full), clock, &mut seqs, c, &results) {
                     return (commands, false);
                 }
                 next = commands.recv_timeout(STAY_ON_POOL).ok();
@@ -323,8 +354,8 @@ fn serve(
 /// Carries out one command; `false` when the backend is gone.
 fn handle(
     model: &CpuModel,
-    n_ctx: usize,
-    swa_full: bool,
+    (n_ctx, swa_full): (usize, bool),
+    clock: &SamplingClock,
     seqs: &mut Vec<Option<SeqState>>,
     c: Command,
     results: &Sender<Vec<Output>>,
@@ -359,7 +390,7 @@ fn handle(
                 }
             }
             Command::Step(feeds) => {
-                let out = step(model, seqs, &feeds);
+                let out = step(model, clock, seqs, &feeds);
                 // The receiver is gone when the backend was dropped with
                 // this step in flight: nobody wants its outputs.
                 if results.send(out).is_err() {
@@ -380,7 +411,12 @@ fn logits_of(want: Want) -> Logits {
 }
 
 /// One step on the worker (the host checked every feed in `submit`).
-fn step(model: &CpuModel, seqs: &mut [Option<SeqState>], feeds: &[Feed]) -> Vec<Output> {
+fn step(
+    model: &CpuModel,
+    clock: &SamplingClock,
+    seqs: &mut [Option<SeqState>],
+    feeds: &[Feed],
+) -> Vec<Output> {
     let n_vocab = model.spec.hparams.n_vocab;
     // A feed longer than a micro-batch goes alone through `forward`,
     // which cuts it as llama.cpp's `llama_decode` cuts a batch.
@@ -391,7 +427,14 @@ fn step(model: &CpuModel, seqs: &mut [Option<SeqState>], feeds: &[Feed]) -> Vec<
                 let s = seqs[f.seq].as_mut().expect("a live sequence");
                 let tokens = &s.history[f.from..f.to];
                 let logits = model.forward(tokens, f.from, &mut s.cache, logits_of(f.want));
-                let out = answer(f.want, n_vocab, &mut s.sampler, &s.history[..f.to], &logits);
+                let out = answer(
+                    f.want,
+                    n_vocab,
+                    clock,
+                    &mut s.sampler,
+                    &s.history[..f.to],
+                    &logits,
+                );
                 s.history.extend(out.token);
                 out
             })
@@ -425,7 +468,7 @@ fn step(model: &CpuModel, seqs: &mut [Option<SeqState>], feeds: &[Feed]) -> Vec<
     let outs = model.forward_batch_map(&mut inputs, |i, logits| {
         let mut d = draws[i].lock().unwrap_or_else(|e| e.into_inner());
         let (sampler, history) = &mut *d;
-        answer(feeds[i].want, n_vocab, sampler, history, logits)
+        answer(feeds[i].want, n_vocab, clock, sampler, history, logits)
     });
     drop(inputs);
     drop(draws);
@@ -439,16 +482,26 @@ fn step(model: &CpuModel, seqs: &mut [Option<SeqState>], feeds: &[Feed]) -> Vec<
 fn answer(
     want: Want,
     n_vocab: usize,
+    clock: &SamplingClock,
     sampler: &mut Sampler,
     history: &[u32],
     logits: &[f32],
 ) -> Output {
     match want {
         Want::Cache => Output::default(),
-        Want::Next { logits: keep } => Output {
-            token: Some(sampler.sample_with_history(logits, history)),
-            logits: keep.then(|| logits.to_vec()),
-        },
+        Want::Next { logits: keep } => {
+            let t0 = clock.on.load(Ordering::Relaxed).then(Instant::now);
+            let token = sampler.sample_with_history(logits, history);
+            if let Some(t0) = t0 {
+                let mut c = clock.lock();
+                c.0 += t0.elapsed();
+                c.1 += 1;
+            }
+            Output {
+                token: Some(token),
+                logits: keep.then(|| logits.to_vec()),
+            }
+        }
         Want::Logits { skip } => Output {
             token: None,
             logits: Some(logits[(skip * n_vocab).min(logits.len())..].to_vec()),
