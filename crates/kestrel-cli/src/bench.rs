@@ -100,12 +100,8 @@ pub struct BenchArgs {
     /// of the same seconds (0: none).
     #[arg(long = "bw-paired", default_value_t = 0)]
     bw_paired: usize,
-    /// Where to run the tests: cpu, gpu, or auto (a hardware GPU if any).
-    #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: crate::device::DeviceArg,
-    /// llama.cpp's `-ngl`: any value above 0 runs on the GPU.
-    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
-    n_gpu_layers: Option<i64>,
+    #[command(flatten)]
+    devices: crate::device::DeviceArgs,
 }
 
 /// What runs the tests: a backend with one sequence.
@@ -227,7 +223,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bail!("the model's vocabulary is empty");
     }
 
-    let device = crate::device::choose(a.device, a.n_gpu_layers);
+    let device = a.devices.device();
     let on_gpu = device == Device::Gpu;
     let n_ctx = tests
         .iter()

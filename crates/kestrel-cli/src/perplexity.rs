@@ -45,12 +45,8 @@ pub struct PerplexityArgs {
     swa_full: bool,
     #[command(flatten)]
     weights: crate::WeightArgs,
-    /// Where to evaluate: cpu, gpu, or auto (a hardware GPU if any).
-    #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: crate::device::DeviceArg,
-    /// llama.cpp's `-ngl`: any value above 0 evaluates on the GPU.
-    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
-    n_gpu_layers: Option<i64>,
+    #[command(flatten)]
+    devices: crate::device::DeviceArgs,
 }
 
 pub fn perplexity(a: PerplexityArgs) -> Result<()> {
@@ -126,7 +122,7 @@ pub fn perplexity(a: PerplexityArgs) -> Result<()> {
         swa_full: a.swa_full,
     };
     let stdout = std::io::stdout();
-    let device = crate::device::choose(a.device, a.n_gpu_layers);
+    let device = a.devices.device();
     let started = Instant::now();
     let result = engine.perplexity(&tokens, &params, device, |r| {
         let mut out = stdout.lock();

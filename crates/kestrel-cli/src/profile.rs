@@ -35,12 +35,8 @@ pub struct ProfileArgs {
     threads: Option<i64>,
     #[command(flatten)]
     weights: crate::WeightArgs,
-    /// Where to profile: cpu, gpu, or auto (a hardware GPU if any).
-    #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: crate::device::DeviceArg,
-    /// llama.cpp's `-ngl`: any value above 0 profiles the GPU.
-    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
-    n_gpu_layers: Option<i64>,
+    #[command(flatten)]
+    devices: crate::device::DeviceArgs,
 }
 
 pub fn profile(a: ProfileArgs) -> Result<()> {
@@ -63,7 +59,7 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
         .bos()
         .filter(|_| engine.tokenizer.add_bos());
     let tokens = crate::bench::draw_tokens(a.n_prompt, engine.tokenizer.vocab_size(), lead);
-    let device = crate::device::choose(a.device, a.n_gpu_layers);
+    let device = a.devices.device();
     let backend = engine.backend(BackendOptions {
         device,
         n_ctx,

@@ -13,7 +13,6 @@ use kestrel_engine::{
 use kestrel_sampling::SamplerParams;
 use kestrel_tokenizer::chat::ChatMessage;
 
-use crate::device::DeviceArg;
 use crate::{threads_arg, WeightArgs};
 
 #[derive(Args)]
@@ -102,13 +101,8 @@ pub struct RunArgs {
     /// ring whose visiting order differs in the last bits past its size.
     #[arg(long = "swa-full")]
     swa_full: bool,
-    /// Where to compute: cpu, gpu (wgpu: Vulkan, Metal, DX12), or auto (a
-    /// hardware GPU if there is one).
-    #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: DeviceArg,
-    /// llama.cpp's `-ngl`: any value above 0 puts every layer on the GPU.
-    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
-    n_gpu_layers: Option<i64>,
+    #[command(flatten)]
+    devices: crate::device::DeviceArgs,
     #[command(flatten)]
     weights: WeightArgs,
 }
@@ -192,7 +186,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         pipelined: !a.no_pipeline,
         swa_full: a.swa_full,
     };
-    let device = crate::device::choose(a.device, a.n_gpu_layers);
+    let device = a.devices.device();
     let opts = BackendOptions {
         device,
         n_ctx,

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::device::DeviceArg;
 use crate::{threads_arg, WeightArgs};
 
 /// `kestrel serve`: llama-server's flag names and defaults where they overlap.
@@ -70,13 +69,8 @@ pub struct ServeArgs {
     /// ring whose visiting order differs in the last bits past its size.
     #[arg(long = "swa-full")]
     swa_full: bool,
-    /// Where the batch runs: cpu, gpu (tokens chosen on the device), or
-    /// auto (a hardware GPU if there is one).
-    #[arg(long = "device", value_enum, default_value = "cpu")]
-    device: DeviceArg,
-    /// llama.cpp's `-ngl`: any value above 0 puts every layer on the GPU.
-    #[arg(long = "n-gpu-layers", allow_negative_numbers = true)]
-    n_gpu_layers: Option<i64>,
+    #[command(flatten)]
+    devices: crate::device::DeviceArgs,
     #[command(flatten)]
     weights: WeightArgs,
 }
@@ -113,7 +107,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         n_predict: a.n_predict,
         queue: a.max_queue,
         backing: a.weights.backing(),
-        gpu: crate::device::choose(a.device, a.n_gpu_layers) == kestrel_engine::Device::Gpu,
+        gpu: a.devices.device() == kestrel_engine::Device::Gpu,
         swa_full: a.swa_full,
         timeout: std::time::Duration::from_secs(a.timeout),
         cors,

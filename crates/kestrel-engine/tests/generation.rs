@@ -4,24 +4,16 @@
 //! tokens stop generation and are not emitted; streamed text is never
 //! retracted; `ignore_eos`, `n_probs` and cancelling behave.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
+
+mod common;
 
 use kestrel_engine::{Engine, GenerateParams, Generation, Logits, StopReason};
 use kestrel_sampling::{Sampler, SamplerParams};
 
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-        assert!(
-            path.exists(),
-            "{} is missing: run scripts/fetch-models.sh",
-            path.display()
-        );
-        Engine::load(&path, 2).expect("SmolLM2 loads")
-    })
+    ENGINE.get_or_init(common::load_smollm2)
 }
 
 /// Generates, also collecting what the callback saw.
