@@ -7,7 +7,8 @@
 
 use kestrel_gguf::GgmlType;
 
-use crate::matvec::{GpuMatrix, BINDINGS, HALF, HELPERS};
+use crate::matvec::{GpuMatrix, BINDINGS, HELPERS};
+use crate::shaders::HALF;
 use crate::{Gpu, GpuError};
 
 pub struct Embed {
@@ -15,88 +16,22 @@ pub struct Embed {
     ty: GgmlType,
 }
 
-const MAIN: &str = r#"
-@group(0) @binding(4) var<storage, read> history: array<u32>;
-// rows in the part, cols, bytes per row, position; scale bits, the
-// part's first row, rows in the matrix
-@group(0) @binding(5) var<uniform> q: vec4<u32>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let e = gid.x;
-    if (e >= p.y) { return; }
-    let tok = history[p.w];
-    if (tok >= q.z) {
-        if (q.y == 0u) { y[e] = 0.0; }
-        return;
-    }
-    if (tok < q.y || tok - q.y >= p.x) { return; }
-    y[e] = val((tok - q.y) * p.z, e / 32u, e % 32u) * bitcast<f32>(q.x);
-}
-"#;
+const MAIN: &str = include_str!("shaders/embed/main.wgsl");
 
 /// `fn val(base, u, l) -> f32`: value `l` of 32-value unit `u` of the row
 /// at byte `base`, as the CPU's dequantization computes it.
 fn val_fn(ty: GgmlType) -> Option<&'static str> {
     use GgmlType as T;
     Some(match ty {
-        T::F32 => "fn val(base: u32, u: u32, l: u32) -> f32 { return bitcast<f32>(w[(base >> 2u) + u * 32u + l]); }",
-        T::F16 => "fn val(base: u32, u: u32, l: u32) -> f32 { return h16(base + (u * 32u + l) * 2u); }",
-        T::Q8_0 => "fn val(base: u32, u: u32, l: u32) -> f32 { let o = base + u * 34u; return h16(o) * i8v(b8(o + 2u + l)); }",
-        T::Q4_0 => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + u * 18u;
-    let q = (b8(o + 2u + l % 16u) >> (4u * (l / 16u))) & 15u;
-    return h16(o) * (f32(q) - 8.0);
-}"#
-        }
-        T::Q4_1 => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + u * 20u;
-    let q = (b8(o + 4u + l % 16u) >> (4u * (l / 16u))) & 15u;
-    return h16(o) * f32(q) + h16(o + 2u);
-}"#
-        }
-        T::Q5_0 => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + u * 22u;
-    let qh = u32_at(o + 2u);
-    let q = ((b8(o + 6u + l % 16u) >> (4u * (l / 16u))) & 15u) | (((qh >> l) & 1u) << 4u);
-    return h16(o) * (f32(q) - 16.0);
-}"#
-        }
-        T::Q5_1 => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + u * 24u;
-    let qh = u32_at(o + 4u);
-    let q = ((b8(o + 8u + l % 16u) >> (4u * (l / 16u))) & 15u) | (((qh >> l) & 1u) << 4u);
-    return h16(o) * f32(q) + h16(o + 2u);
-}"#
-        }
-        T::Q4_K => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + (u / 8u) * 144u;
-    let j = u % 8u;
-    let sm = q4k_scale_min(o, j);
-    let sc = sm.x;
-    let m = sm.y;
-    let q = (b8(o + 16u + 32u * (j / 2u) + l) >> (4u * (j % 2u))) & 15u;
-    return h16(o) * f32(sc) * f32(q) - h16(o + 2u) * f32(m);
-}"#
-        }
-        T::Q6_K => {
-            r#"fn val(base: u32, u: u32, l: u32) -> f32 {
-    let o = base + (u / 8u) * 210u;
-    let e = (u % 8u) * 32u;
-    let n = e / 128u;
-    let grp = (e % 128u) / 32u;
-    let ql = o + 64u * n + 32u * (grp % 2u);
-    let qh = o + 128u + 32u * n;
-    let q = ((b8(ql + l) >> (4u * (grp / 2u))) & 15u) | (((b8(qh + l) >> (2u * grp)) & 3u) << 4u);
-    let sc = i8v(b8(o + 192u + 8u * n + 2u * grp + l / 16u));
-    return h16(o + 208u) * sc * (f32(q) - 32.0);
-}"#
-        }
+        T::F32 => include_str!("shaders/embed/val_f32.wgsl"),
+        T::F16 => include_str!("shaders/embed/val_f16.wgsl"),
+        T::Q8_0 => include_str!("shaders/embed/val_q8_0.wgsl"),
+        T::Q4_0 => include_str!("shaders/embed/val_q4_0.wgsl"),
+        T::Q4_1 => include_str!("shaders/embed/val_q4_1.wgsl"),
+        T::Q5_0 => include_str!("shaders/embed/val_q5_0.wgsl"),
+        T::Q5_1 => include_str!("shaders/embed/val_q5_1.wgsl"),
+        T::Q4_K => include_str!("shaders/embed/val_q4_k.wgsl"),
+        T::Q6_K => include_str!("shaders/embed/val_q6_k.wgsl"),
         _ => return None,
     })
 }

@@ -47,6 +47,7 @@ pub mod model;
 pub mod norm;
 pub mod ops;
 pub mod sample;
+mod shaders;
 
 use std::fmt;
 
@@ -241,17 +242,7 @@ impl Gpu {
     /// workgroup (Vulkan and Metal do not promise it; lane exchanges in
     /// the reductions assume it).
     fn subgroups_in_thread_order(&self) -> Result<bool, GpuError> {
-        const PROBE: &str = r#"
-
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>,
-        @builtin(subgroup_invocation_id) lane: u32,
-        @builtin(subgroup_size) size: u32) {
-    out[2u * id.x] = lane;
-    out[2u * id.x + 1u] = size;
-}
-"#;
+        const PROBE: &str = include_str!("shaders/probe/subgroup_order.wgsl");
         let p = self.pipeline("subgroup probe", PROBE);
         let out = self.scratch_f32("subgroup probe", 256);
         let bind = self.bind(&p, &[&out]);

@@ -34,139 +34,18 @@ pub struct GreedySampler {
     seen: std::sync::Mutex<Option<(usize, wgpu::Buffer)>>,
 }
 
-const SRC: &str = r#"
-@group(0) @binding(0) var<storage, read_write> logits: array<u32>;
-@group(0) @binding(1) var<storage, read_write> history: array<u32>;
-@group(0) @binding(2) var<storage, read> bias_ids: array<u32>;
-@group(0) @binding(3) var<storage, read> bias_vals: array<u32>;
-// vocab, write position, window start, window length, bias entries,
-// repeat penalty, frequency penalty, presence penalty (f32 bits), 0
-@group(0) @binding(4) var<uniform> p: array<vec4<u32>, 3>;
-// Per token id: occurrences in the window, then its first position there.
-@group(0) @binding(5) var<storage, read_write> seen: array<atomic<u32>>;
+/// `NEG_INF`, `MAX_F`, `sanitize` and `key`, which both samplers use.
+const FLOAT_BITS: &str = include_str!("shaders/sample/float_bits.wgsl");
 
-// x, through an xor with a zero the compiler cannot see: a product passed
-// through it cannot be fused into a following add (drivers may contract
-// a * b + c into an fma; the CPU rounds the product first).
-fn fence(x: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(x) ^ p[2].x);
-}
-
-const NEG_INF: u32 = 0xff800000u;
-const MAX_F: u32 = 0x7f7fffffu;
-
-var<workgroup> best_key: array<u32, 256>;
-var<workgroup> best_id: array<u32, 256>;
-
-// NaN -> -inf, +inf -> f32::MAX, on the bits.
-fn sanitize(b: u32) -> u32 {
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return NEG_INF; }
-    if (b == 0x7f800000u) { return MAX_F; }
-    return b;
-}
-
-// An order-preserving u32 for a non-NaN float.
-fn key(b: u32) -> u32 {
-    if ((b & 0x80000000u) != 0u) { return ~b; }
-    return b | 0x80000000u;
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    let vocab = p[0].x;
-    let ws = p[0].z;
-    let wn = p[0].w;
-    if (t == 0u) {
-        for (var i = 0u; i < p[1].x; i++) {
-            let id = bias_ids[i];
-            let b = bias_vals[i];
-            if (id < vocab && (b & 0x7fffffffu) <= 0x7f800000u) {
-                logits[id] = sanitize(bitcast<u32>(bitcast<f32>(sanitize(logits[id])) + bitcast<f32>(b)));
-            }
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    // Penalties: count each id's occurrences in the window and find its
-    // first position; the thread at that position applies them, so every
-    // id is written once. O(window) per thread: a pairwise scan passes
-    // lavapipe's limit of 65535 loop iterations on long windows.
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab) {
-            atomicStore(&seen[2u * tok], 0u);
-            atomicStore(&seen[2u * tok + 1u], 0xffffffffu);
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab) {
-            atomicAdd(&seen[2u * tok], 1u);
-            atomicMin(&seen[2u * tok + 1u], j);
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab && atomicLoad(&seen[2u * tok + 1u]) == j) {
-            let c = atomicLoad(&seen[2u * tok]);
-            let lb = sanitize(logits[tok]);
-            if (lb != NEG_INF) {
-                let l = bitcast<f32>(lb);
-                var r: f32;
-                if ((lb & 0x80000000u) != 0u || (lb & 0x7fffffffu) == 0u) {
-                    r = fence(l * bitcast<f32>(p[1].y));
-                } else {
-                    r = bitcast<f32>(div_exact(lb, p[1].y));
-                }
-                let sub = fence(f32(c) * bitcast<f32>(p[1].z)) + bitcast<f32>(p[1].w);
-                logits[tok] = sanitize(bitcast<u32>(r - sub));
-            }
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    // First maximum: ascending ids per thread keep the first, then the
-    // tree keeps the larger value, the lower id on a tie.
-    var bk = 0u;
-    var bi = 0xffffffffu;
-    for (var i = t; i < vocab; i += 256u) {
-        let k = key(sanitize(logits[i]));
-        if (bi == 0xffffffffu || k > bk) {
-            bk = k;
-            bi = i;
-        }
-    }
-    best_key[t] = bk;
-    best_id[t] = bi;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            let ok = best_key[t + s];
-            let oi = best_id[t + s];
-            let mi = best_id[t];
-            if (oi != 0xffffffffu && (mi == 0xffffffffu || ok > best_key[t] || (ok == best_key[t] && oi < mi))) {
-                best_key[t] = ok;
-                best_id[t] = oi;
-            }
-        }
-        workgroupBarrier();
-    }
-    if (t == 0u) {
-        // Every logit -inf: all tie, so the first maximum is token 0, as
-        // the CPU sampler answers.
-        history[p[0].y] = best_id[0];
-    }
-}
-"#;
+const GREEDY: &str = include_str!("shaders/sample/greedy.wgsl");
 
 impl GreedySampler {
     pub fn new(gpu: &Gpu) -> GreedySampler {
         GreedySampler {
-            pipeline: gpu.pipeline("greedy sampler", &[SRC, crate::matvec::EXACT_DIV].concat()),
+            pipeline: gpu.pipeline(
+                "greedy sampler",
+                &[FLOAT_BITS, GREEDY, crate::shaders::EXACT_DIV].concat(),
+            ),
             seen: Default::default(),
         }
     }
@@ -312,475 +191,40 @@ struct Scratch {
     blocks: wgpu::Buffer,
 }
 
-const COMMON: &str = r#"
-const NEG_INF: u32 = 0xff800000u;
-const MAX_F: u32 = 0x7f7fffffu;
-// State words.
-const MAXK: u32 = 0u;
-const NFIN: u32 = 1u;
-const SEL_PREFIX: u32 = 2u;
-const SEL_REM: u32 = 3u;
-const NPOOL: u32 = 4u;
-const ARGMAX: u32 = 5u;
-const HIST: u32 = 16u;
-const TILE: u32 = 256u;
-const GRID_X: u32 = 32768u;
+/// The full sampler's prelude: the float bits, then its own state words,
+/// parameters and helpers.
+const COMMON: &str = concat!(
+    include_str!("shaders/sample/float_bits.wgsl"),
+    include_str!("shaders/sample/common.wgsl")
+);
 
-// vocab, pos, window start, window length;
-// bias entries, repeat, frequency, presence penalty (bits);
-// k, mode (0 all, 1 top-k select, 2 min-p prefilter), greedy, pool bound;
-// top_p (bits), ln(min_p) (bits), flags (1 top-p, 2 min-p), 1/temperature (bits);
-// 0 (for fence)
-struct Params { v: array<vec4<u32>, 5> }
+const ADJUST: &str = include_str!("shaders/sample/adjust.wgsl");
 
-// NaN -> -inf, +inf -> f32::MAX, on the bits.
-fn sanitize(b: u32) -> u32 {
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return NEG_INF; }
-    if (b == 0x7f800000u) { return MAX_F; }
-    return b;
-}
+const SEL_HIST: &str = include_str!("shaders/sample/select_histogram.wgsl");
 
-// An order-preserving u32 for a non-NaN float, and back.
-fn key(b: u32) -> u32 {
-    if ((b & 0x80000000u) != 0u) { return ~b; }
-    return b | 0x80000000u;
-}
-fn unkey(k: u32) -> u32 {
-    if ((k & 0x80000000u) != 0u) { return k & 0x7fffffffu; }
-    return ~k;
-}
-// The key with -0 taken as +0, for comparisons that follow float `>=`.
-fn cmp_key(b: u32) -> u32 {
-    if (b == 0x80000000u) { return key(0u); }
-    return key(b);
-}
-
-fn gid(wg: vec3<u32>, t: u32) -> u32 {
-    return (wg.y * GRID_X + wg.x) * 256u + t;
-}
-"#;
-
-const ADJUST: &str = r#"
-@group(0) @binding(0) var<storage, read> logits: array<u32>;
-@group(0) @binding(1) var<storage, read_write> history: array<u32>;
-@group(0) @binding(2) var<storage, read> bias_ids: array<u32>;
-@group(0) @binding(3) var<storage, read> bias_vals: array<u32>;
-@group(0) @binding(4) var<storage, read_write> adj: array<u32>;
-@group(0) @binding(5) var<storage, read_write> st: array<u32>;
-@group(0) @binding(6) var<uniform> p: Params;
-// Per token id: occurrences in the window, then its first position there
-// (the pool's scratch, unused until the compaction).
-@group(0) @binding(7) var<storage, read_write> seen: array<atomic<u32>>;
-
-var<workgroup> best_key: array<u32, 256>;
-var<workgroup> best_id: array<u32, 256>;
-var<workgroup> cnt: array<u32, 256>;
-
-// As in the greedy sampler: keeps a product from being fused into an add.
-fn fence(x: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(x) ^ p.v[4].x);
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    let vocab = p.v[0].x;
-    let ws = p.v[0].z;
-    let wn = p.v[0].w;
-    for (var i = t; i < vocab; i += 256u) {
-        adj[i] = sanitize(logits[i]);
-    }
-    storageBarrier();
-    workgroupBarrier();
-    // Bias entries in order on one thread: several for one id add up.
-    if (t == 0u) {
-        for (var i = 0u; i < p.v[1].x; i++) {
-            let id = bias_ids[i];
-            let b = bias_vals[i];
-            if (id < vocab && (b & 0x7fffffffu) <= 0x7f800000u) {
-                adj[id] = sanitize(bitcast<u32>(bitcast<f32>(adj[id]) + bitcast<f32>(b)));
-            }
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    // Penalties: count each id's occurrences in the window and find its
-    // first position; the thread at that position applies them, so every
-    // id is written once. O(window) per thread (the greedy sampler's
-    // pairwise scan would pass lavapipe's loop limit on long windows).
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab) {
-            atomicStore(&seen[2u * tok], 0u);
-            atomicStore(&seen[2u * tok + 1u], 0xffffffffu);
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab) {
-            atomicAdd(&seen[2u * tok], 1u);
-            atomicMin(&seen[2u * tok + 1u], j);
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var j = t; j < wn; j += 256u) {
-        let tok = history[ws + j];
-        if (tok < vocab && atomicLoad(&seen[2u * tok + 1u]) == j) {
-            let c = atomicLoad(&seen[2u * tok]);
-            let lb = adj[tok];
-            if (lb != NEG_INF) {
-                let l = bitcast<f32>(lb);
-                var r: f32;
-                if ((lb & 0x80000000u) != 0u || (lb & 0x7fffffffu) == 0u) {
-                    r = fence(l * bitcast<f32>(p.v[1].y));
-                } else {
-                    r = bitcast<f32>(div_exact(lb, p.v[1].y));
-                }
-                let sub = fence(f32(c) * bitcast<f32>(p.v[1].z)) + bitcast<f32>(p.v[1].w);
-                adj[tok] = sanitize(bitcast<u32>(r - sub));
-            }
-        }
-    }
-    storageBarrier();
-    workgroupBarrier();
-    // First maximum and the number of candidates.
-    var bk = 0u;
-    var bi = 0xffffffffu;
-    var n = 0u;
-    for (var i = t; i < vocab; i += 256u) {
-        let b = adj[i];
-        let k = key(b);
-        if (bi == 0xffffffffu || k > bk) {
-            bk = k;
-            bi = i;
-        }
-        if (b != NEG_INF) { n++; }
-    }
-    best_key[t] = bk;
-    best_id[t] = bi;
-    cnt[t] = n;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            let ok = best_key[t + s];
-            let oi = best_id[t + s];
-            let mi = best_id[t];
-            if (oi != 0xffffffffu && (mi == 0xffffffffu || ok > best_key[t] || (ok == best_key[t] && oi < mi))) {
-                best_key[t] = ok;
-                best_id[t] = oi;
-            }
-            cnt[t] += cnt[t + s];
-        }
-        workgroupBarrier();
-    }
-    st[HIST + t] = 0u;
-    if (t == 0u) {
-        st[MAXK] = best_key[0];
-        st[NFIN] = cnt[0];
-        st[ARGMAX] = best_id[0];
-        st[SEL_PREFIX] = 0u;
-        st[SEL_REM] = p.v[2].x;
-        st[NPOOL] = 0u;
-        // Greedy: the first maximum (token 0 when every logit is -inf,
-        // as all tie there).
-        if (p.v[2].z != 0u) {
-            history[p.v[0].y] = best_id[0];
-        }
-    }
-}
-"#;
-
-const SEL_HIST: &str = r#"
-@group(0) @binding(0) var<storage, read> adj: array<u32>;
-@group(0) @binding(1) var<storage, read_write> st: array<atomic<u32>>;
-@group(0) @binding(2) var<uniform> p: Params;
-@group(0) @binding(3) var<uniform> shift_u: vec4<u32>;
-
-var<workgroup> h: array<atomic<u32>, 256>;
-
-// 4096 keys per workgroup: local counts first, then one global add per
-// digit.
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    atomicStore(&h[t], 0u);
-    workgroupBarrier();
-    let vocab = p.v[0].x;
-    let shift = shift_u.x;
-    let prefix = atomicLoad(&st[SEL_PREFIX]);
-    // The digits above this pass must match those chosen so far (none in
-    // the first pass; a shift by 32 would wrap, hence the select).
-    let hi = select(0xffffffffu << (shift + 8u), 0u, shift >= 24u);
-    let base = (wg.y * GRID_X + wg.x) * 4096u;
-    for (var j = 0u; j < 16u; j++) {
-        let i = base + j * 256u + t;
-        if (i < vocab) {
-            let k = key(adj[i]);
-            if ((k & hi) == (prefix & hi)) {
-                atomicAdd(&h[(k >> shift) & 255u], 1u);
-            }
-        }
-    }
-    workgroupBarrier();
-    let c = atomicLoad(&h[t]);
-    if (c > 0u) {
-        atomicAdd(&st[HIST + t], c);
-    }
-}
-"#;
-
-const SEL_CHOOSE: &str = r#"
-@group(0) @binding(0) var<storage, read_write> st: array<u32>;
-@group(0) @binding(1) var<uniform> shift_u: vec4<u32>;
-
-// The digit (from the top) at which the count of keys reaches the number
-// still wanted; keys above it are all in, and the remainder moves on.
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    if (t == 0u) {
-        let rem = st[SEL_REM];
-        var cum = 0u;
-        var digit = 0u;
-        var left = rem;
-        for (var b = 255i; b >= 0i; b--) {
-            let c = st[HIST + u32(b)];
-            if (cum + c >= rem) {
-                digit = u32(b);
-                left = rem - cum;
-                break;
-            }
-            cum += c;
-        }
-        st[SEL_PREFIX] = st[SEL_PREFIX] | (digit << shift_u.x);
-        st[SEL_REM] = left;
-    }
-    storageBarrier();
-    workgroupBarrier();
-    st[HIST + t] = 0u;
-}
-"#;
+const SEL_CHOOSE: &str = include_str!("shaders/sample/select_digit.wgsl");
 
 /// The pool threshold: keys above `x` are in, and the first `y` keys equal
 /// to `x` (in id order).
-const PLAN: &str = r#"
-fn plan() -> vec2<u32> {
-    let nfin = st[NFIN];
-    if (nfin == 0u) { return vec2<u32>(0xffffffffu, 0u); }
-    let mode = p.v[2].y;
-    if (mode == 1u && p.v[2].x < nfin) {
-        return vec2<u32>(st[SEL_PREFIX], st[SEL_REM]);
-    }
-    if (mode == 2u) {
-        // Every logit >= max + ln(min_p), and at least the maximum; the
-        // finishing kernel trims exactly.
-        let maxk = st[MAXK];
-        let lnb = p.v[3].y;
-        if (lnb == 0x7f800000u) { return vec2<u32>(maxk, 0xffffffffu); }
-        let thr = bitcast<f32>(unkey(maxk)) + bitcast<f32>(lnb);
-        return vec2<u32>(min(cmp_key(bitcast<u32>(thr)), maxk), 0xffffffffu);
-    }
-    return vec2<u32>(key(NEG_INF), 0u);
-}
-"#;
+const PLAN: &str = include_str!("shaders/sample/plan.wgsl");
 
-const CMP_COUNT: &str = r#"
-@group(0) @binding(0) var<storage, read> adj: array<u32>;
-@group(0) @binding(1) var<storage, read> st: array<u32>;
-@group(0) @binding(2) var<storage, read_write> tiles: array<u32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let vocab = p.v[0].x;
-    let nt = (vocab + TILE - 1u) / TILE;
-    let tile = gid(wg, t);
-    if (tile >= nt) { return; }
-    let th = plan();
-    var above = 0u;
-    var equal = 0u;
-    let end = min(tile * TILE + TILE, vocab);
-    for (var i = tile * TILE; i < end; i++) {
-        let k = key(adj[i]);
-        if (k > th.x) { above++; } else if (k == th.x) { equal++; }
-    }
-    tiles[tile] = above;
-    tiles[nt + tile] = equal;
-}
-"#;
+const CMP_COUNT: &str = include_str!("shaders/sample/pool_count.wgsl");
 
 /// Exclusive prefix sums over `buf[off..off + len]` by one workgroup:
 /// each thread a contiguous chunk, then the chunk totals.
-const SCAN: &str = r#"
-var<workgroup> part: array<u32, 256>;
-var<workgroup> total_wg: u32;
+const SCAN: &str = include_str!("shaders/sample/scan.wgsl");
 
-fn scan_range(t: u32, off: u32, len: u32) -> u32 {
-    let chunk = (len + 255u) / 256u;
-    let s = min(t * chunk, len);
-    let e = min(s + chunk, len);
-    var sum = 0u;
-    for (var i = s; i < e; i++) { sum += buf[off + i]; }
-    part[t] = sum;
-    workgroupBarrier();
-    if (t == 0u) {
-        var acc = 0u;
-        for (var j = 0u; j < 256u; j++) {
-            let v = part[j];
-            part[j] = acc;
-            acc += v;
-        }
-        total_wg = acc;
-    }
-    workgroupBarrier();
-    var acc = part[t];
-    for (var i = s; i < e; i++) {
-        let v = buf[off + i];
-        buf[off + i] = acc;
-        acc += v;
-    }
-    let total = total_wg;
-    workgroupBarrier();
-    return total;
-}
-"#;
+const CMP_SCAN: &str = include_str!("shaders/sample/pool_scan.wgsl");
 
-const CMP_SCAN: &str = r#"
-@group(0) @binding(0) var<storage, read_write> st: array<u32>;
-@group(0) @binding(1) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(2) var<uniform> p: Params;
+const CMP_WRITE: &str = include_str!("shaders/sample/pool_write.wgsl");
 
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    let nt = (p.v[0].x + TILE - 1u) / TILE;
-    let th = plan();
-    let above = scan_range(t, 0u, nt);
-    let equal = scan_range(t, nt, nt);
-    if (t == 0u) {
-        st[NPOOL] = above + min(equal, th.y);
-    }
-}
-"#;
+const RANK_SORT: &str = include_str!("shaders/sample/rank_sort.wgsl");
 
-const CMP_WRITE: &str = r#"
-@group(0) @binding(0) var<storage, read> adj: array<u32>;
-@group(0) @binding(1) var<storage, read> st: array<u32>;
-@group(0) @binding(2) var<storage, read> tiles: array<u32>;
-@group(0) @binding(3) var<storage, read_write> pool: array<vec2<u32>>;
-@group(0) @binding(4) var<uniform> p: Params;
+const RS_HIST: &str = include_str!("shaders/sample/radix_histogram.wgsl");
 
-// Each tile writes its members in id order after everything the tiles
-// before it keep: all their keys above the threshold and as many equal
-// ones as are still wanted.
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let vocab = p.v[0].x;
-    let nt = (vocab + TILE - 1u) / TILE;
-    let tile = gid(wg, t);
-    if (tile >= nt) { return; }
-    let th = plan();
-    var eq_rank = tiles[nt + tile];
-    var o = tiles[tile] + min(eq_rank, th.y);
-    let end = min(tile * TILE + TILE, vocab);
-    for (var i = tile * TILE; i < end; i++) {
-        let k = key(adj[i]);
-        if (k > th.x) {
-            pool[o] = vec2<u32>(k, i);
-            o++;
-        } else if (k == th.x) {
-            if (eq_rank < th.y) {
-                pool[o] = vec2<u32>(k, i);
-                o++;
-            }
-            eq_rank++;
-        }
-    }
-}
-"#;
+const RS_SCAN: &str = include_str!("shaders/sample/radix_scan.wgsl");
 
-const RANK_SORT: &str = r#"
-@group(0) @binding(0) var<storage, read> src: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> st: array<u32>;
-
-// The pool is in id order, so an element's place is the number of larger
-// keys plus the number of equal keys before it.
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let n = st[NPOOL];
-    let i = gid(wg, t);
-    if (i >= n) { return; }
-    let e = src[i];
-    var rank = 0u;
-    for (var j = 0u; j < n; j++) {
-        let k = src[j].x;
-        if (k > e.x || (k == e.x && j < i)) { rank++; }
-    }
-    dst[rank] = e;
-}
-"#;
-
-const RS_HIST: &str = r#"
-@group(0) @binding(0) var<storage, read> src: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read_write> hist: array<u32>;
-@group(0) @binding(2) var<storage, read> st: array<u32>;
-@group(0) @binding(3) var<uniform> p: Params;
-@group(0) @binding(4) var<uniform> shift_u: vec4<u32>;
-
-// Digit counts per tile of the inverted key (ascending inverted keys are
-// descending keys), digit-major so that one scan gives every offset.
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let nt = (p.v[2].w + TILE - 1u) / TILE;
-    let tile = gid(wg, t);
-    if (tile >= nt) { return; }
-    for (var b = 0u; b < 256u; b++) { hist[b * nt + tile] = 0u; }
-    let n = st[NPOOL];
-    let end = min(tile * TILE + TILE, n);
-    for (var i = tile * TILE; i < end; i++) {
-        let d = ((~src[i].x) >> shift_u.x) & 255u;
-        hist[d * nt + tile] += 1u;
-    }
-}
-"#;
-
-const RS_SCAN: &str = r#"
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: Params;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    let nt = (p.v[2].w + TILE - 1u) / TILE;
-    _ = scan_range(t, 0u, 256u * nt);
-}
-"#;
-
-const RS_SCATTER: &str = r#"
-@group(0) @binding(0) var<storage, read> src: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read_write> hist: array<u32>;
-@group(0) @binding(3) var<storage, read> st: array<u32>;
-@group(0) @binding(4) var<uniform> p: Params;
-@group(0) @binding(5) var<uniform> shift_u: vec4<u32>;
-
-// Each tile walks its elements in order, so equal digits keep their order
-// (the sort is stable and ties stay in id order).
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let nt = (p.v[2].w + TILE - 1u) / TILE;
-    let tile = gid(wg, t);
-    if (tile >= nt) { return; }
-    let n = st[NPOOL];
-    let end = min(tile * TILE + TILE, n);
-    for (var i = tile * TILE; i < end; i++) {
-        let e = src[i];
-        let slot = (((~e.x) >> shift_u.x) & 255u) * nt + tile;
-        let o = hist[slot];
-        hist[slot] = o + 1u;
-        dst[o] = e;
-    }
-}
-"#;
+const RS_SCATTER: &str = include_str!("shaders/sample/radix_scatter.wgsl");
 
 /// The constants of kestrel_sampling's `exp_kestrel` as WGSL, written from
 /// the sampling crate's own tables so the two cannot drift apart.
@@ -798,227 +242,18 @@ fn exp_constants() -> String {
 
 /// kestrel_sampling's `exp_kestrel` and `weight`, shared by the finishing
 /// kernel and [`weights_on_device`] (after [`exp_constants`]).
-const WEIGHT_FNS: &str = r#"
-// The 64-bit product of two u32 as (low, high).
-fn mul_wide(a: u32, b: u32) -> vec2<u32> {
-    let a0 = a & 0xffffu;
-    let a1 = a >> 16u;
-    let b0 = b & 0xffffu;
-    let b1 = b >> 16u;
-    let p00 = a0 * b0;
-    let p01 = a0 * b1;
-    let p10 = a1 * b0;
-    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-    return vec2<u32>((p00 & 0xffffu) | (mid << 16u), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
-}
+const WEIGHT_FNS: &str = include_str!("shaders/sample/weight.wgsl");
 
-fn add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
-    let lo = a.x + b.x;
-    return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
-}
-
-// (a * b) >> 31 for a, b <= 2^31.
-fn mul31(a: u32, b: u32) -> u32 {
-    let w = mul_wide(a, b);
-    return (w.y << 1u) | (w.x >> 31u);
-}
-
-// kestrel_sampling::exp_kestrel, step for step in 32-bit integers (exact
-// on every adapter, whatever its float exp or fma does).
-fn exp_k(xb: u32) -> f32 {
-    let bits = xb & 0x7fffffffu;
-    let e = i32(bits >> 23u);
-    if (e < 95i) { return 1.0; }
-    let m = (bits & 0x7fffffu) | 0x800000u;
-    let sh = e - 118i;
-    var a = vec2<u32>(m, 0u);
-    if (sh > 0i) {
-        a = vec2<u32>(m << u32(sh), m >> u32(32i - sh));
-    } else if (sh < 0i) {
-        a = vec2<u32>(m >> u32(-sh), 0u);
-    }
-    let l1 = EXP_LOG2E_HI;
-    let l0 = EXP_LOG2E_LO;
-    var t = add64(a, mul_wide(a.y, l1));
-    t = add64(t, vec2<u32>(mul_wide(a.x, l1).y, 0u));
-    t = add64(t, vec2<u32>(mul_wide(a.y, l0).y, 0u));
-    let n = i32(t.y);
-    let f = t.x;
-    let r = f & 0x0fffffffu;
-    let y = mul_wide(r, EXP_LN2).y;
-    let one = 0x80000000u;
-    var q = one - y / 5u;
-    q = one - mul31(y, q) / 4u;
-    q = one - mul31(y, q) / 3u;
-    q = one - mul31(y, q) / 2u;
-    q = one - mul31(y, q);
-    let g = mul31(EXP_TABLE[f >> 28u], q);
-    let lead = 31i - i32(countLeadingZeros(g));
-    let s = u32(lead - 23i);
-    var mant = (g + (1u << (s - 1u))) >> s;
-    var biased = lead + 96i - n;
-    if ((mant >> 24u) != 0u) {
-        mant = mant >> 1u;
-        biased += 1i;
-    }
-    return bitcast<f32>((u32(max(biased, 1i)) << 23u) | (mant & 0x7fffffu));
-}
-
-// kestrel_sampling::weight, with the -inf and "below -87" tests on the
-// bits (WGSL may assume floats are finite).
-fn weight(lb: u32, l0b: u32, inv_t: f32) -> f32 {
-    let d = bitcast<f32>(lb) - bitcast<f32>(l0b);
-    if (bitcast<u32>(d) == NEG_INF) { return 0.0; }
-    let xb = bitcast<u32>(d * inv_t);
-    if ((xb & 0x80000000u) != 0u && (xb & 0x7fffffffu) > 0x42ae0000u) { return 0.0; }
-    return exp_k(xb);
-}
-
-"#;
-
-const FINISH: &str = r#"
-@group(0) @binding(0) var<storage, read> pool: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read_write> w: array<f32>;
-@group(0) @binding(2) var<storage, read> st: array<u32>;
-@group(0) @binding(3) var<storage, read_write> history: array<u32>;
-@group(0) @binding(4) var<storage, read_write> rng: array<u32>;
-@group(0) @binding(5) var<uniform> p: Params;
-@group(0) @binding(6) var<storage, read_write> bt: array<f32>;
-
-var<workgroup> keep_wg: u32;
-
-// Sums follow kestrel_sampling's blocks of 256 (SUM_BLOCK): each block in
-// order from 0 (in parallel here), then the block totals in order on one
-// thread. (One thread could not sum a large pool anyway: lavapipe ends an
-// invocation's loops after 65535 iterations in all.)
-fn block_totals(t: u32, n: u32) {
-    let nb = (n + 255u) / 256u;
-    for (var b = t; b < nb; b += 256u) {
-        var s = 0.0;
-        let e = min(b * 256u + 256u, n);
-        for (var i = b * 256u; i < e; i++) { s += w[i]; }
-        bt[b] = s;
-    }
-}
-
-fn blocked_sum(n: u32) -> f32 {
-    var s = 0.0;
-    for (var b = 0u; b < (n + 255u) / 256u; b++) { s = s + bt[b]; }
-    return s;
-}
-
-fn hit(c: f32, x: f32, strict: bool) -> bool {
-    if (strict) { return x < c; }
-    return c >= x;
-}
-
-// kestrel_sampling's first_cumulative: the first i whose cumulative
-// weight hits x (`c >= x`, or `x < c` when strict); n if none.
-fn first_cumulative(n: u32, x: f32, strict: bool) -> u32 {
-    var before = 0.0;
-    for (var b = 0u; b < (n + 255u) / 256u; b++) {
-        let end = before + bt[b];
-        if (hit(end, x, strict)) {
-            let e = min(b * 256u + 256u, n);
-            var s = 0.0;
-            for (var i = b * 256u; i < e; i++) {
-                s += w[i];
-                if (hit(before + s, x, strict)) { return i; }
-            }
-            return e - 1u;
-        }
-        before = end;
-    }
-    return n;
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32) {
-    let n = st[NPOOL];
-    let flags = p.v[3].z;
-    var l0b = 0u;
-    if (n > 0u) { l0b = unkey(pool[0].x); }
-    // Top-p: weights at temperature 1 (1/1 = 1).
-    let topp = (flags & 1u) != 0u && n > 1u;
-    let m = select(0u, n, topp);
-    for (var i = t; i < m; i += 256u) {
-        w[i] = weight(unkey(pool[i].x), l0b, 1.0);
-    }
-    storageBarrier();
-    workgroupBarrier();
-    block_totals(t, m);
-    storageBarrier();
-    workgroupBarrier();
-    if (t == 0u) {
-        var keep = n;
-        if (topp) {
-            let bound = bitcast<f32>(p.v[3].x) * blocked_sum(n);
-            keep = min(first_cumulative(n, bound, false) + 1u, n);
-        }
-        // Min-p: logit >= max + ln(min_p) (a float >=, so -0 equals +0).
-        if ((flags & 2u) != 0u && keep > 1u) {
-            let lnb = p.v[3].y;
-            if (lnb == 0x7f800000u) {
-                keep = 1u;
-            } else {
-                let tk = cmp_key(bitcast<u32>(bitcast<f32>(l0b) + bitcast<f32>(lnb)));
-                keep = min_p_keep(keep, tk);
-            }
-        }
-        keep_wg = keep;
-    }
-    storageBarrier();
-    workgroupBarrier();
-    let keep = keep_wg;
-    let inv_t = bitcast<f32>(p.v[3].w);
-    for (var i = t; i < keep; i += 256u) {
-        w[i] = weight(unkey(pool[i].x), l0b, inv_t);
-    }
-    storageBarrier();
-    workgroupBarrier();
-    block_totals(t, keep);
-    storageBarrier();
-    workgroupBarrier();
-    if (t == 0u) {
-        // One xorshift128 step (kestrel_sampling::XorShift), u = top 24
-        // bits * 2^-24.
-        var s = vec4<u32>(rng[0], rng[1], rng[2], rng[3]);
-        if (all(s == vec4<u32>(0u))) { s.x = 0x9e3779b9u; }
-        let tt = s.x ^ (s.x << 11u);
-        let nw = s.w ^ (s.w >> 19u) ^ tt ^ (tt >> 8u);
-        rng[0] = s.y;
-        rng[1] = s.z;
-        rng[2] = s.w;
-        rng[3] = nw;
-        let u = f32(nw >> 8u) * bitcast<f32>(0x33800000u);
-        var tok = 0u;
-        if (keep > 0u) {
-            let i = first_cumulative(keep, u * blocked_sum(keep), true);
-            // None (rounding): the last candidate.
-            tok = pool[min(i, keep - 1u)].y;
-        }
-        history[p.v[0].y] = tok;
-    }
-}
-
-// The survivors of min-p: the first, then the prefix with key >= tk (the
-// pool is sorted, so a binary search finds the end).
-fn min_p_keep(keep: u32, tk: u32) -> u32 {
-    var lo = 1u;
-    var hi = keep;
-    while (lo < hi) {
-        let mid = (lo + hi) / 2u;
-        if (cmp_key(unkey(pool[mid].x)) >= tk) { lo = mid + 1u; } else { hi = mid; }
-    }
-    return lo;
-}
-"#;
+const FINISH: &str = include_str!("shaders/sample/finish.wgsl");
 
 impl Sampler {
     pub fn new(gpu: &Gpu) -> Sampler {
         let make = |label: &str, parts: &[&str]| gpu.pipeline(label, &parts.concat());
         Sampler {
-            adjust: make("sample adjust", &[COMMON, crate::matvec::EXACT_DIV, ADJUST]),
+            adjust: make(
+                "sample adjust",
+                &[COMMON, crate::shaders::EXACT_DIV, ADJUST],
+            ),
             sel_hist: make("sample select histogram", &[COMMON, SEL_HIST]),
             sel_choose: make("sample select digit", &[COMMON, SEL_CHOOSE]),
             cmp_count: make("sample pool count", &[COMMON, PLAN, CMP_COUNT]),
@@ -1219,18 +454,7 @@ impl Sampler {
     }
 }
 
-const WEIGHT_PROBE: &str = r#"
-@group(0) @binding(0) var<storage, read_write> io: array<u32>;
-@group(0) @binding(1) var<uniform> q: vec4<u32>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let i = gid(wg, t);
-    if (i < q.x) {
-        io[i] = bitcast<u32>(weight(io[i], q.y, bitcast<f32>(q.z)));
-    }
-}
-"#;
+const WEIGHT_PROBE: &str = include_str!("shaders/sample/weight_probe.wgsl");
 
 /// The finishing kernel's candidate weight, `kestrel_sampling::weight(l,
 /// max, inv_t)`, for each `l` of `logits`, computed on the device: lets
@@ -1253,18 +477,7 @@ pub fn weights_on_device(
     gpu.read_f32(&io, logits.len())
 }
 
-const DIV_PROBE: &str = r#"
-@group(0) @binding(0) var<storage, read_write> io: array<u32>;
-@group(0) @binding(1) var<uniform> q: vec4<u32>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let i = gid(wg, t);
-    if (i < q.x) {
-        io[2u * i] = div_exact(io[2u * i], io[2u * i + 1u]);
-    }
-}
-"#;
+const DIV_PROBE: &str = include_str!("shaders/sample/div_probe.wgsl");
 
 /// The penalty's division `a / b` (for positive finite `a`) as the
 /// samplers compute it on the device, for each pair: lets tests hold it to
@@ -1273,7 +486,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wg: vec3
 pub fn divide_on_device(gpu: &Gpu, pairs: &[(f32, f32)]) -> Result<Vec<f32>, GpuError> {
     let pipeline = gpu.pipeline(
         "sample division probe",
-        &[COMMON, crate::matvec::EXACT_DIV, DIV_PROBE].concat(),
+        &[COMMON, crate::shaders::EXACT_DIV, DIV_PROBE].concat(),
     );
     let flat: Vec<f32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
     let io = gpu.upload_f32("division probe", &flat)?;

@@ -1,0 +1,7 @@
+// Q5_1 rows: val, one dequantized value.
+fn val(base: u32, u: u32, l: u32) -> f32 {
+    let o = base + u * 24u;
+    let qh = u32_at(o + 4u);
+    let q = ((b8(o + 8u + l % 16u) >> (4u * (l / 16u))) & 15u) | (((qh >> l) & 1u) << 4u);
+    return h16(o) * f32(q) + h16(o + 2u);
+}
