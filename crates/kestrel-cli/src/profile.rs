@@ -72,12 +72,13 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     p.prompt(&tokens, tokens.len())?;
     let prefill_wall = p.prompt(&tokens, tokens.len())?;
     let decode_wall = p.decode()?;
+    // Each table is a share of its own run's wall time.
     let (prefill, decode) = if facts.timed {
         p.backend.set_profiling(true)?;
-        p.prompt(&tokens, facts.pass_rows)?;
-        let prefill = p.backend.take_profile()?;
-        p.decode()?;
-        let decode = p.backend.take_profile()?;
+        let wall = p.prompt(&tokens, facts.pass_rows)?;
+        let prefill = (p.backend.take_profile()?, wall);
+        let wall = p.decode()?;
+        let decode = (p.backend.take_profile()?, wall);
         p.backend.set_profiling(false)?;
         (Some(prefill), Some(decode))
     } else {
@@ -106,8 +107,8 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
         ms(prefill_wall),
         a.n_prompt as f64 / prefill_wall.as_secs_f64()
     );
-    if let Some(prefill) = &prefill {
-        print_table(prefill, prefill_wall, 1);
+    if let Some((profile, wall)) = &prefill {
+        print_table(profile, *wall, 1);
     }
     println!();
     println!(
@@ -118,8 +119,8 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
         ms(decode_wall) / a.n_gen as f64,
         a.n_gen as f64 / decode_wall.as_secs_f64()
     );
-    if let Some(decode) = &decode {
-        print_table(decode, decode_wall, a.n_gen);
+    if let Some((profile, wall)) = &decode {
+        print_table(profile, *wall, a.n_gen);
     }
     Ok(())
 }
@@ -216,7 +217,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// One table: classes by time per `steps` (so decode shows one step), as
-/// a share of the wall time; the rest is "sync, other".
+/// a share of the profiled run's wall time; the rest is "sync, other".
 fn print_table(p: &Profile, wall: Duration, steps: usize) {
     let mut rows: Vec<(String, Duration, u64, u64)> = p
         .entries
