@@ -2,7 +2,7 @@
 //! waiting by spinning. Rayon's own wait for a stolen job (the end of a
 //! `scope`, a `join` whose other half another worker runs) calls
 //! `sched_yield` every round and sleeps on a futex after 33: a syscall per
-//! round in this VM, the CPU handed to any runnable thread (a server's
+//! round, the CPU handed to any runnable thread (a server's
 //! HTTP threads, its client), and a sleeping leader waits for a wake-up.
 //! In `kestrel serve` at four streams the leading worker's syscalls (most
 //! of them `sched_yield` and futex waits) were 4% of all samples. The

@@ -528,9 +528,10 @@ impl CpuModel {
     }
 
     /// Runs `f` on a worker of the model's pool. A caller that runs its
-    /// passes from there (a server's batching loop) starts each pass at
-    /// once: from another thread, a pass waited for a sleeping worker to
-    /// wake and take it, 50-110 us a step in `kestrel serve` in this VM.
+    /// passes from there (the engine's CPU backend worker, while steps keep
+    /// coming) starts each pass at once; from another thread a pass waits
+    /// for a sleeping worker to wake and take it. `f` must not block for
+    /// long: the pass of any other caller needs that worker too.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
     }
