@@ -92,18 +92,7 @@ fn serve_api_key_and_shutdown() {
         .status()
         .unwrap()
         .success());
-    let t0 = Instant::now();
-    loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            assert!(status.success(), "exit status after SIGTERM: {status}");
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_clean_exit(&mut s);
 }
 
 /// Reads `c` until the server closes it; how long that took.

@@ -1,9 +1,6 @@
 //! `kestrel serve --device gpu`: the same answers as on the CPU, streamed,
 //! batched and cached.
 
-use std::net::TcpStream;
-use std::time::Duration;
-
 use serde_json::json;
 
 mod common;
@@ -51,13 +48,7 @@ fn serve_on_the_gpu() {
             .to_string()
         })
         .collect();
-    let stream = move |body: &str| {
-        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
-        assert_eq!(status, 200);
-        read_stream(&mut r)
-    };
+    let stream = move |body: &str| stream_completion(port, body);
     let alone: Vec<String> = bodies.iter().map(|b| stream(b)).collect();
     assert!(alone.iter().all(|t| !t.is_empty()), "{alone:?}");
     let together: Vec<String> = std::thread::scope(|sc| {

@@ -62,18 +62,7 @@ fn serve_queue_full_and_shutdown_mid_stream() {
     }
     let rest = String::from_utf8(rest).unwrap();
     assert!(rest.contains("shutting down"), "{rest}");
-    let t0 = Instant::now();
-    loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            assert!(status.success(), "exit status after SIGTERM: {status}");
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_clean_exit(&mut s);
 }
 
 /// A request whose client leaves while it waits in the queue gives its

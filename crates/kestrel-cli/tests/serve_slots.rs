@@ -37,13 +37,7 @@ fn serve_concurrent_streams_equal_each_alone() {
             .to_string()
         })
         .collect();
-    let stream = move |body: &str| {
-        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
-        assert_eq!(status, 200);
-        read_stream(&mut r)
-    };
+    let stream = move |body: &str| stream_completion(port, body);
     let alone: Vec<String> = bodies.iter().map(|b| stream(b)).collect();
     assert!(alone.iter().all(|t| !t.is_empty()));
     assert!(alone.windows(2).any(|w| w[0] != w[1]), "different requests");

@@ -354,3 +354,28 @@ pub fn leave_and_wait_for_idle_slots<C>(port: u16, conn: C, limit: Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits up to 15 s for the server to exit after a SIGTERM, successfully.
+pub fn assert_clean_exit(s: &mut Server) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status after SIGTERM: {status}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One streamed `/v1/completions` request's text.
+pub fn stream_completion(port: u16, body: &str) -> String {
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let (mut r, status, _) = send(c, "POST", "/v1/completions", &[], body.as_bytes()).unwrap();
+    assert_eq!(status, 200);
+    read_stream(&mut r)
+}
