@@ -121,7 +121,7 @@ impl Runner {
             seq,
             from: 0,
             to: tokens.len(),
-            want: Want::Next { logits: false },
+            want: Want::NEXT,
         }])?;
         std::hint::black_box(self.backend.read()?);
         Ok(nanos(t0))
@@ -139,7 +139,7 @@ impl Runner {
                 seq,
                 from: pos,
                 to: pos + 1,
-                want: Want::Next { logits: false },
+                want: Want::NEXT,
             }])?;
             if pos > 0 {
                 std::hint::black_box(self.backend.read()?);

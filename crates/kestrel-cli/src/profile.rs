@@ -174,7 +174,7 @@ impl Profiler {
         for from in (0..tokens.len()).step_by(rows.max(1)) {
             let to = (from + rows.max(1)).min(tokens.len());
             let want = if to == tokens.len() {
-                Want::Next { logits: false }
+                Want::NEXT
             } else {
                 Want::Cache
             };
@@ -189,7 +189,7 @@ impl Profiler {
         let t0 = Instant::now();
         for i in 0..self.n_gen {
             let pos = self.n_prompt + i;
-            self.step(pos, pos + 1, Want::Next { logits: false })?;
+            self.step(pos, pos + 1, Want::NEXT)?;
             if i > 0 {
                 self.backend.read()?;
             }

@@ -24,6 +24,13 @@
 //!   ([`Backend::reusable_prefix`]);
 //! - sampling is the backend's, seeded per sequence; stop strings and
 //!   logprobs go through one [`Emitter`] per sequence.
+//!
+//! A constrained sequence's feeds are held ([`Want::Next`] with `held`):
+//! its step N+1 is submitted as any other, and once the host has read
+//! token N (one step behind) and told the constraint, it hands the
+//! backend what token N+1 may be while that pass still runs. A token the
+//! constraint forces is fed without sampling; one that allows only the
+//! end stops the sequence (`stop`).
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -31,6 +38,7 @@ use std::time::Instant;
 use kestrel_sampling::{logprobs, TokenLogprobs};
 
 use crate::backend::{Backend, Feed, Output, SeqId, Want};
+use crate::constraint::{Allowed, TokenConstraint};
 use crate::generate::Emitter;
 use crate::{Engine, EngineError, GenStats, GenerateParams, Generation, StopReason, TokenEvent};
 
@@ -90,6 +98,12 @@ struct Seq<'e> {
     started: Instant,
     /// When the prompt's last chunk came back.
     prompt_done: Option<Instant>,
+    /// The request's constraint state, if it has one.
+    constraint: Option<Box<dyn TokenConstraint>>,
+    /// A held feed of the latest step waits for this sequence's selection.
+    awaiting_selection: bool,
+    /// The constraint allowed only the end: the token read next ends it.
+    ended_by_constraint: bool,
 }
 
 impl Seq<'_> {
@@ -256,6 +270,13 @@ impl<'e> Batch<'e> {
         let keep = self
             .backend
             .reusable_prefix(seq, common, prompt.len(), self.chunk);
+        let constraint = match &params.constraint {
+            Some(c) => Some(
+                c.0.start()
+                    .map_err(|e| AdmitError::Invalid(EngineError::Constraint(e)))?,
+            ),
+            None => None,
+        };
         self.backend
             .start(seq, &prompt, keep, &self.engine.sampler_params(&params))
             .map_err(AdmitError::Invalid)?;
@@ -272,6 +293,9 @@ impl<'e> Batch<'e> {
             cache_n: keep,
             started: Instant::now(),
             prompt_done: None,
+            constraint,
+            awaiting_selection: false,
+            ended_by_constraint: false,
         });
         Ok(slot_id)
     }
@@ -302,6 +326,7 @@ impl<'e> Batch<'e> {
             } else if q.n_past < q.history.len() + q.pending && q.may_ask(self.n_ctx) {
                 let want = Want::Next {
                     logits: q.params.n_probs > 0,
+                    held: q.constraint.is_some(),
                 };
                 feeds.push((
                     i,
@@ -337,6 +362,7 @@ impl<'e> Batch<'e> {
         let want = if to == q.prompt_len && !q.params.limit_reached(generated) {
             Want::Next {
                 logits: q.params.n_probs > 0,
+                held: q.constraint.is_some(),
             }
         } else {
             Want::Cache
@@ -367,9 +393,11 @@ impl<'e> Batch<'e> {
                         if matches!(f.want, Want::Next { .. }) {
                             q.pending += 1;
                         }
+                        q.awaiting_selection = f.want.is_held();
                         tags.push((i, q.id));
                     }
                     self.in_flight.push_back(tags);
+                    self.select(&mut done);
                 }
                 Err(e) => {
                     for &(i, _) in &plan {
@@ -386,6 +414,7 @@ impl<'e> Batch<'e> {
                     for (&(i, id), out) in tags.iter().zip(outputs) {
                         self.take_output(i, id, out, &mut done);
                     }
+                    self.select(&mut done);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -398,6 +427,34 @@ impl<'e> Batch<'e> {
             }
         }
         done
+    }
+
+    /// Hands the backend the selection of each held token whose sequence
+    /// the host has caught up with (every earlier token read): the
+    /// constraint's answer, computed while that token's pass runs.
+    fn select(&mut self, done: &mut Vec<Finished>) {
+        let end_token = self.engine.end_token();
+        for slot in &mut self.slots {
+            let Some(q) = slot.running.as_mut() else {
+                continue;
+            };
+            if !q.awaiting_selection || q.pending != 1 {
+                continue;
+            }
+            q.awaiting_selection = false;
+            let allowed = match q.constraint.as_mut().map(|c| c.next()) {
+                Some(Ok(a)) => a,
+                Some(Err(e)) => {
+                    fail(slot, &EngineError::Constraint(e), done);
+                    continue;
+                }
+                None => Allowed::Any,
+            };
+            q.ended_by_constraint = allowed == Allowed::End;
+            if let Err(e) = self.backend.select(slot.seq, allowed.selection(end_token)) {
+                fail(slot, &e, done);
+            }
+        }
     }
 
     /// A feed's output for the sequence `id` in slot `i` (ignored when that
@@ -416,7 +473,16 @@ impl<'e> Batch<'e> {
                     .logits
                     .filter(|_| n_probs > 0)
                     .map(|row| logprobs(&row, token, n_probs));
-                accept(self.engine, q, token, lp)
+                if q.ended_by_constraint {
+                    Some(StopReason::EndOfGeneration)
+                } else if let Some(Err(e)) = q.constraint.as_mut().map(|c| c.accept(token)) {
+                    // The backend chose what the constraint allowed: an
+                    // error here is the constraint's own.
+                    fail(slot, &EngineError::Constraint(e), done);
+                    return;
+                } else {
+                    accept(self.engine, q, token, lp)
+                }
             }
             // A prompt chunk: the last one, with no token asked (the limit
             // is 0), ends the sequence.

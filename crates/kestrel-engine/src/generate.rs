@@ -95,6 +95,9 @@ pub struct GenerateParams {
     /// (see [`kestrel_cpu::KvCache::full_swa`]). Only the order the
     /// attention visits the keys differs, so only the last bits.
     pub swa_full: bool,
+    /// Structured output: what each token may be (a JSON schema, a
+    /// grammar); none by default.
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl GenerateParams {
@@ -117,6 +120,7 @@ impl Default for GenerateParams {
             n_probs: 0,
             pipelined: true,
             swa_full: false,
+            constraint: None,
         }
     }
 }

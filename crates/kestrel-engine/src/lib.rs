@@ -1,7 +1,8 @@
 //! The engine: loads a GGUF model (weights, tokenizer, chat template) and
 //! runs it. [`backend`] is the seam to the devices (CPU and GPU);
 //! [`batch`] is the one decode loop over a backend (`run`, `serve`,
-//! `bench`); [`generate`] owns a request's parameters, stop strings and
+//! `bench`); [`constraint`] is what it knows of structured output;
+//! [`generate`] owns a request's parameters, stop strings and
 //! results; [`perplexity`] owns llama-perplexity's chunked evaluation.
 
 use std::path::Path;
@@ -15,12 +16,14 @@ use kestrel_tokenizer::Tokenizer;
 
 pub mod backend;
 pub mod batch;
+pub mod constraint;
 pub mod context;
 pub mod generate;
 pub mod perplexity;
 
 pub use backend::{Backend, BackendOptions, Device, DeviceFacts};
 pub use batch::{AdmitError, Batch, Sink, SlotInfo, PROMPT_CHUNK};
+pub use constraint::{Allowed, Constraint, ConstraintSource, TokenConstraint};
 pub use context::{context_size, ContextError, ContextSize};
 pub use generate::{GenStats, GenerateParams, Generation, StopReason, TokenEvent};
 /// The GPU adapters wgpu finds (`kestrel devices`).
@@ -69,6 +72,9 @@ pub enum EngineError {
     Backend(String),
     #[error("gpu: {0}")]
     Gpu(#[from] kestrel_gpu::GpuError),
+    /// A constraint (grammar, JSON schema) failed while generating.
+    #[error("constraint: {0}")]
+    Constraint(String),
 }
 
 /// A loaded model with its tokenizer and chat template.
@@ -181,6 +187,18 @@ impl Engine {
             );
         }
         sp
+    }
+
+    /// The token a constraint that allows only the end feeds (the loop
+    /// stops there and emits nothing of it): the model's first
+    /// end-of-generation token, else EOS, else 0.
+    pub fn end_token(&self) -> u32 {
+        self.tokenizer
+            .eog_ids()
+            .first()
+            .copied()
+            .or(self.tokenizer.eos())
+            .unwrap_or(0)
     }
 
     /// Tokenizes a prompt as llama.cpp's completion tool does: BOS per the

@@ -10,6 +10,8 @@
 //! order is llama.cpp's default chain (logit bias, penalties, top-k, top-p, min-p, temperature,
 //! dist):
 //!
+//! 0. **Mask** (constrained decoding only): tokens a constraint does not allow get `-inf` before
+//!    anything else ([`mask::mask_logits`]; the caller applies it to the row it passes in).
 //! 1. **Sanitize.** NaN logits count as `-inf` (never chosen); `+inf` counts as `f32::MAX`, so
 //!    several `+inf` logits tie with each other and beat every finite one.
 //! 2. **Logit bias.** Each `(id, bias)` of [`SamplerParams::logit_bias`] adds `bias` to logit
@@ -65,6 +67,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod check;
+pub mod mask;
 pub mod stop;
 
 pub use check::RangeError;

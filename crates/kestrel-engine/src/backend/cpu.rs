@@ -10,18 +10,26 @@
 //! [`STAY_ON_POOL`] it leaves the pool and waits outside it, where it
 //! holds no worker that another backend of the same model needs (a
 //! worker blocked inside the pool would stall every pass of the model).
+//!
+//! A held feed's selection comes through a channel of its own: the pool
+//! thread that chooses its token waits there, after the pass, while the
+//! host computes the mask (the host reads the step before first, so it
+//! never waits on a step that waits on it).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kestrel_cpu::attention::TILED_MIN_QUERIES;
 use kestrel_cpu::{CpuModel, KvCache, Logits, SeqInput, N_UBATCH};
+use kestrel_sampling::mask::mask_logits;
 use kestrel_sampling::{Sampler, SamplerParams};
 
-use super::{Backend, DeviceFacts, Feed, Output, Profile, ProfileEntry, SeqId, Want};
+use super::{
+    nothing_held, Backend, DeviceFacts, Feed, Output, Profile, ProfileEntry, Selection, SeqId, Want,
+};
 use crate::EngineError;
 
 /// What the worker is told, in order.
@@ -37,7 +45,9 @@ enum Command {
         seq: SeqId,
         n: usize,
     },
-    Step(Vec<Feed>),
+    /// The feeds, and for each held one the channel its selection comes
+    /// through.
+    Step(Vec<Feed>, Vec<Option<Receiver<Selection>>>),
 }
 
 /// Time spent choosing tokens while profiling: (time, calls).
@@ -85,6 +95,8 @@ pub struct CpuBackend {
     worker: Option<JoinHandle<()>>,
     /// Steps submitted and not read yet.
     pending: usize,
+    /// The latest step's held feeds still waiting for their selection.
+    held: Vec<(SeqId, SyncSender<Selection>)>,
 }
 
 impl CpuBackend {
@@ -121,6 +133,7 @@ impl CpuBackend {
             results,
             worker: Some(worker),
             pending: 0,
+            held: Vec::new(),
         })
     }
 
@@ -154,7 +167,9 @@ impl CpuBackend {
 
 impl Drop for CpuBackend {
     fn drop(&mut self) {
-        // Closing the channel ends the worker once its queue is done.
+        // Closing the channel ends the worker once its queue is done; a
+        // held feed still waiting is chosen freely, not waited on forever.
+        self.held.clear();
         self.commands = None;
         if let Some(w) = self.worker.take() {
             let _ = w.join();
@@ -276,14 +291,42 @@ impl Backend for CpuBackend {
                 m.known = m.known.max(f.to + 1);
             }
         }
-        self.send(Command::Step(feeds.to_vec()))?;
+        // A selection never given is free (its sender is dropped here).
+        self.held.clear();
+        let mut receivers = Vec::with_capacity(feeds.len());
+        for f in feeds {
+            receivers.push(if f.want.is_held() {
+                let (tx, rx) = sync_channel(1);
+                self.held.push((f.seq, tx));
+                Some(rx)
+            } else {
+                None
+            });
+        }
+        self.send(Command::Step(feeds.to_vec(), receivers))?;
         self.pending += 1;
+        Ok(())
+    }
+
+    fn select(&mut self, seq: SeqId, choice: Selection) -> Result<(), EngineError> {
+        let i = self
+            .held
+            .iter()
+            .position(|(s, _)| *s == seq)
+            .ok_or_else(|| nothing_held(seq))?;
+        let (_, tx) = self.held.swap_remove(i);
+        // The worker is gone only with the backend broken: `read` says so.
+        let _ = tx.send(choice);
         Ok(())
     }
 
     fn read(&mut self) -> Result<Option<Vec<Output>>, EngineError> {
         if self.pending == 0 {
             return Ok(None);
+        }
+        if self.pending == 1 {
+            // The step read is the latest: its unselected feeds go free.
+            self.held.clear();
         }
         match self.results.recv() {
             Ok(out) => {
@@ -389,8 +432,8 @@ fn handle(
                     s.history.truncate(n);
                 }
             }
-            Command::Step(feeds) => {
-                let out = step(model, clock, seqs, &feeds);
+            Command::Step(feeds, held) => {
+                let out = step(model, clock, seqs, &feeds, held);
                 // The receiver is gone when the backend was dropped with
                 // this step in flight: nobody wants its outputs.
                 if results.send(out).is_err() {
@@ -416,6 +459,7 @@ fn step(
     clock: &SamplingClock,
     seqs: &mut [Option<SeqState>],
     feeds: &[Feed],
+    held: Vec<Option<Receiver<Selection>>>,
 ) -> Vec<Output> {
     let n_vocab = model.spec.hparams.n_vocab;
     // A feed longer than a micro-batch goes alone through `forward`,
@@ -423,7 +467,8 @@ fn step(
     if feeds.iter().any(|f| f.to - f.from > N_UBATCH) {
         return feeds
             .iter()
-            .map(|f| {
+            .zip(held)
+            .map(|(f, held)| {
                 let s = seqs[f.seq].as_mut().expect("a live sequence");
                 let tokens = &s.history[f.from..f.to];
                 let logits = model.forward(tokens, f.from, &mut s.cache, logits_of(f.want));
@@ -431,7 +476,7 @@ fn step(
                     f.want,
                     n_vocab,
                     clock,
-                    &mut s.sampler,
+                    (&mut s.sampler, held),
                     &s.history[..f.to],
                     &logits,
                 );
@@ -449,8 +494,9 @@ fn step(
         }
     }
     let mut inputs: Vec<SeqInput<'_>> = Vec::with_capacity(feeds.len());
-    let mut draws: Vec<Mutex<(&mut Sampler, &[u32])>> = Vec::with_capacity(feeds.len());
-    for (s, f) in live.iter_mut().zip(feeds) {
+    type Draw<'a> = (&'a mut Sampler, Option<Receiver<Selection>>, &'a [u32]);
+    let mut draws: Vec<Mutex<Draw<'_>>> = Vec::with_capacity(feeds.len());
+    for ((s, f), held) in live.iter_mut().zip(feeds).zip(held) {
         let SeqState {
             cache,
             history,
@@ -463,12 +509,19 @@ fn step(
             cache,
             logits: logits_of(f.want),
         });
-        draws.push(Mutex::new((sampler, &history[..f.to])));
+        draws.push(Mutex::new((sampler, held, &history[..f.to])));
     }
     let outs = model.forward_batch_map(&mut inputs, |i, logits| {
         let mut d = draws[i].lock().unwrap_or_else(|e| e.into_inner());
-        let (sampler, history) = &mut *d;
-        answer(feeds[i].want, n_vocab, clock, sampler, history, logits)
+        let (sampler, held, history) = &mut *d;
+        answer(
+            feeds[i].want,
+            n_vocab,
+            clock,
+            (sampler, held.take()),
+            history,
+            logits,
+        )
     });
     drop(inputs);
     drop(draws);
@@ -483,15 +536,25 @@ fn answer(
     want: Want,
     n_vocab: usize,
     clock: &SamplingClock,
-    sampler: &mut Sampler,
+    (sampler, held): (&mut Sampler, Option<Receiver<Selection>>),
     history: &[u32],
     logits: &[f32],
 ) -> Output {
     match want {
         Want::Cache => Output::default(),
-        Want::Next { logits: keep } => {
+        Want::Next { logits: keep, .. } => {
+            // A dropped sender: the host gave no selection (free).
+            let choice = held.map_or(Selection::Free, |rx| rx.recv().unwrap_or(Selection::Free));
             let t0 = clock.on.load(Ordering::Relaxed).then(Instant::now);
-            let token = sampler.sample_with_history(logits, history);
+            let token = match choice {
+                Selection::Free => sampler.sample_with_history(logits, history),
+                Selection::Allowed(words) => {
+                    let mut row = logits.to_vec();
+                    mask_logits(&mut row, &words);
+                    sampler.sample_with_history(&row, history)
+                }
+                Selection::Forced(token) => token,
+            };
             if let Some(t0) = t0 {
                 let mut c = clock.lock();
                 c.0 += t0.elapsed();

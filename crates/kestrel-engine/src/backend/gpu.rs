@@ -17,7 +17,9 @@ use kestrel_gpu::model::{GpuModel, GpuSeq, PendingToken, MAX_SEQS};
 use kestrel_model::ModelSpec;
 use kestrel_sampling::{SamplerParams, XorShift};
 
-use super::{Backend, DeviceFacts, Feed, Output, Profile, ProfileEntry, SeqId, Want};
+use super::{
+    nothing_held, Backend, DeviceFacts, Feed, Output, Profile, ProfileEntry, Selection, SeqId, Want,
+};
 use crate::EngineError;
 
 /// Whether this host's libm `expf` is the one the GPU's exact kernels
@@ -120,7 +122,7 @@ impl GpuBackend {
             let tokens = self.model.step_batch(&batch, &params)?;
             // Logprobs need this step's logits before the next step
             // overwrites them.
-            let wants = |i: usize| matches!(feeds[i].want, Want::Next { logits: true });
+            let wants = |i: usize| matches!(feeds[i].want, Want::Next { logits: true, .. });
             let logits = if group.iter().any(|&i| wants(i)) {
                 Some(self.model.read_batch_logits(group.len())?)
             } else {
@@ -214,6 +216,12 @@ impl Backend for GpuBackend {
                 )));
             }
         }
+        if let Some(f) = feeds.iter().find(|f| f.want.is_held()) {
+            return Err(EngineError::Backend(format!(
+                "sequence {}: constrained decoding (a held token) is not on the GPU yet",
+                f.seq
+            )));
+        }
         let pending = self.record(feeds)?;
         for f in feeds {
             if matches!(f.want, Want::Next { .. }) {
@@ -223,6 +231,10 @@ impl Backend for GpuBackend {
         }
         self.steps.push_back(pending);
         Ok(())
+    }
+
+    fn select(&mut self, seq: SeqId, _choice: Selection) -> Result<(), EngineError> {
+        Err(nothing_held(seq))
     }
 
     fn read(&mut self) -> Result<Option<Vec<Output>>, EngineError> {

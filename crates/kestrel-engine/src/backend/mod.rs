@@ -13,6 +13,14 @@
 //! [`Backend::read`] returns the oldest submitted step's outputs. The
 //! scheduler submits step N+1 before it reads step N: the device never
 //! waits for the host's detokenizing, stop strings and callbacks.
+//!
+//! A constrained sequence (a grammar, a JSON schema) cannot know which
+//! tokens step N+1 may choose before the host has read token N. Its feed
+//! is submitted *held* ([`Want::Next`] with `held`): the pass runs at
+//! once, and the token is chosen when the host hands over the
+//! [`Selection`] ([`Backend::select`]), computed while the pass runs.
+
+use std::sync::Arc;
 
 use kestrel_sampling::SamplerParams;
 
@@ -42,12 +50,47 @@ pub enum Want {
     Cache,
     /// The token after the last fed position, chosen by the sequence's
     /// sampler and appended to its history; with `logits`, that
-    /// position's logits too (for logprobs).
-    Next { logits: bool },
+    /// position's logits too (for logprobs, before any mask). With
+    /// `held`, the choice waits for [`Backend::select`].
+    Next { logits: bool, held: bool },
     /// The logits of the fed positions after the first `skip`, one row
     /// each (scoring a known text; a speculative verify). No token is
     /// chosen.
     Logits { skip: usize },
+}
+
+impl Want {
+    /// The next token, chosen freely, without its logits.
+    pub const NEXT: Want = Want::Next {
+        logits: false,
+        held: false,
+    };
+
+    /// Whether the token waits for a [`Selection`].
+    pub fn is_held(self) -> bool {
+        matches!(self, Want::Next { held: true, .. })
+    }
+}
+
+/// The error of a [`Backend::select`] for a sequence with no held feed
+/// waiting.
+pub(crate) fn nothing_held(seq: SeqId) -> EngineError {
+    EngineError::Backend(format!(
+        "sequence {seq}: a selection with no held token waiting for one"
+    ))
+}
+
+/// How a held feed's token is chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// By the sampler, as an unheld feed's.
+    Free,
+    /// By the sampler among the tokens whose bits are set (bit `t % 32`
+    /// of word `t / 32`): every other token's logit is `-inf` before the
+    /// whole chain, so bias and penalties cannot revive it.
+    Allowed(Arc<[u32]>),
+    /// This token, without sampling (the generator does not advance).
+    Forced(u32),
 }
 
 /// A feed's answer, in the order the feeds were submitted.
@@ -113,6 +156,12 @@ pub trait Backend {
     /// Starts one step over `feeds` (each sequence at most once) and
     /// returns without waiting for it.
     fn submit(&mut self, feeds: &[Feed]) -> Result<(), EngineError>;
+
+    /// Chooses how the held feed of `seq` in the latest submitted step
+    /// picks its token. Every held feed gets one selection before the
+    /// next step is submitted; one that gets none when its step is read
+    /// is chosen [`Selection::Free`]ly.
+    fn select(&mut self, seq: SeqId, choice: Selection) -> Result<(), EngineError>;
 
     /// The outputs of the oldest submitted step not read yet, one per feed
     /// in order (waits for the device). `Ok(None)` when none is pending.
