@@ -15,10 +15,19 @@
 //! which the host maps after submitting the next step (see
 //! [`GpuModel::step_async`]), so the device runs steps back to back.
 //!
+//! A step may also be held ([`GpuModel::step_batch_held`]): its forward
+//! pass is submitted and its logits stay on the device until the host
+//! says how each sequence's token is chosen ([`GpuModel::finish_held`]:
+//! the sampler, the sampler over a mask of allowed tokens, or a token the
+//! host forces). A grammar's mask depends on the previous token, which the
+//! host reads one step late; holding lets the next forward pass run while
+//! the host computes it.
+//!
 //! Not yet: prompt chunks wider than [`MAX_SEQS`] positions, or attention
 //! for a chunk's queries in one dispatch.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kestrel_gguf::{GgmlType, GgufFile, TensorInfo};
@@ -132,6 +141,31 @@ impl PendingToken {
     }
 }
 
+/// How [`GpuModel::finish_held`] chooses one sequence's token.
+#[derive(Clone, Copy, Debug)]
+pub enum TokenChoice<'a> {
+    /// The sampler, with the sequence's parameters (as
+    /// [`GpuModel::step_batch`] chooses).
+    Sample,
+    /// The sampler over the allowed tokens only: bit `t % 32` of word
+    /// `t / 32` set = token `t` allowed, `n_vocab.div_ceil(32)` words.
+    /// Every other logit is `-inf` before the whole chain (before logit
+    /// bias and penalties); nothing allowed gives token 0.
+    Masked(&'a [u32]),
+    /// This token, without sampling: the generator does not advance.
+    Forced(u32),
+}
+
+/// A step whose forward pass is submitted and whose tokens are not chosen
+/// yet ([`GpuModel::step_batch_held`]); its logits wait on the device.
+pub struct HeldStep {
+    /// Each sequence's history and generator buffers, and its position.
+    seqs: Vec<(wgpu::Buffer, wgpu::Buffer, usize)>,
+    params: Vec<SamplerParams>,
+    /// The model's count of logit passes when this one was recorded.
+    pass: u64,
+}
+
 /// A sequence's state on the device: its token history, KV cache and
 /// sampler generator state.
 pub struct GpuSeq {
@@ -161,6 +195,9 @@ pub struct GpuModel {
     attention: Attention,
     /// Behind a lock: the sampler grows its scratch on first use.
     sampler: std::sync::Mutex<Sampler>,
+    /// Forward passes recorded that compute logits: a held step's logits
+    /// are still there only while this has not moved on.
+    logit_passes: AtomicU64,
     s: Scratch,
 }
 
@@ -353,6 +390,7 @@ impl GpuModel {
             ops: Ops::new(&gpu),
             attention: Attention::new(&gpu),
             sampler: std::sync::Mutex::new(Sampler::new(&gpu)),
+            logit_passes: AtomicU64::new(0),
             tok_embd,
             output,
             output_norm: vector(&gpu, f, "output_norm.weight", e)?,
@@ -498,13 +536,7 @@ impl GpuModel {
         batch: &[(&GpuSeq, usize)],
         params: &[SamplerParams],
     ) -> Result<Vec<PendingToken>, GpuError> {
-        if batch.is_empty() || batch.len() > MAX_SEQS || params.len() != batch.len() {
-            return Err(GpuError::Shape(format!(
-                "a step of {} sequences with {} parameter sets (1 to {MAX_SEQS} sequences, one set each)",
-                batch.len(),
-                params.len()
-            )));
-        }
+        check_batch(batch, params)?;
         let staging: Vec<wgpu::Buffer> = batch.iter().map(|_| self.token_staging()).collect();
         self.gpu.begin_step();
         let r = self.record(batch, Output::Sample(params));
@@ -521,6 +553,138 @@ impl GpuModel {
                 .map(|staging| PendingToken { staging })
                 .collect()
         })
+    }
+
+    /// [`GpuModel::step_batch`]'s forward pass, submitted, with the token
+    /// choice left for [`GpuModel::finish_held`]: each sequence's logits
+    /// stay on the device and nothing is written into the histories yet.
+    /// No other step that computes logits (a step with sampling,
+    /// [`GpuModel::step_logits`], another batch, held or not) may be
+    /// submitted before the held one finishes (finishing then fails);
+    /// [`GpuModel::prefill`] may, as it leaves the logits alone.
+    pub fn step_batch_held(
+        &self,
+        batch: &[(&GpuSeq, usize)],
+        params: &[SamplerParams],
+    ) -> Result<HeldStep, GpuError> {
+        check_batch(batch, params)?;
+        self.gpu.begin_step();
+        let r = self.record(batch, Output::Logits);
+        self.gpu.finish_step();
+        r?;
+        Ok(HeldStep {
+            seqs: batch
+                .iter()
+                .map(|&(seq, pos)| (seq.history.clone(), seq.rng.clone(), pos))
+                .collect(),
+            params: params.to_vec(),
+            pass: self.logit_passes.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Chooses the tokens of a held step, one choice per sequence in the
+    /// batch's order, in one submission: each goes into its history at
+    /// `pos + 1` (where the next step reads it) and comes back as
+    /// [`GpuModel::step_batch`]'s do. With [`TokenChoice::Sample`] for all,
+    /// the tokens and generator states are [`GpuModel::step_batch`]'s bit
+    /// for bit.
+    pub fn finish_held(
+        &self,
+        held: HeldStep,
+        choices: &[TokenChoice<'_>],
+    ) -> Result<Vec<PendingToken>, GpuError> {
+        let n_vocab = self.spec.hparams.n_vocab;
+        if choices.len() != held.seqs.len() {
+            return Err(GpuError::Shape(format!(
+                "{} token choices for a held step of {} sequences",
+                choices.len(),
+                held.seqs.len()
+            )));
+        }
+        if self.logit_passes.load(Ordering::Relaxed) != held.pass {
+            return Err(GpuError::Shape(
+                "another step computed logits after the held step: its logits are gone".into(),
+            ));
+        }
+        let words = n_vocab.div_ceil(32);
+        let mut masks = Vec::with_capacity(choices.len());
+        let mut forced = vec![0u32; choices.len()];
+        for (i, c) in choices.iter().enumerate() {
+            masks.push(match *c {
+                TokenChoice::Sample => None,
+                TokenChoice::Masked(m) if m.len() == words => {
+                    Some(self.gpu.upload_u32("token mask", m)?)
+                }
+                TokenChoice::Masked(m) => {
+                    return Err(GpuError::Shape(format!(
+                        "a token mask of {} words for {n_vocab} tokens (needs {words})",
+                        m.len()
+                    )))
+                }
+                TokenChoice::Forced(t) if (t as usize) < n_vocab => {
+                    forced[i] = t;
+                    None
+                }
+                TokenChoice::Forced(t) => {
+                    return Err(GpuError::Shape(format!(
+                        "forced token {t} is outside the vocabulary of {n_vocab}"
+                    )))
+                }
+            });
+        }
+        let forced = self.gpu.upload_u32("forced tokens", &forced)?;
+        let staging: Vec<wgpu::Buffer> = choices.iter().map(|_| self.token_staging()).collect();
+        self.gpu.begin_step();
+        let r = self.record_choices(&held, choices, (&masks, &forced), &staging);
+        self.gpu.finish_step();
+        r.map(|()| {
+            staging
+                .into_iter()
+                .map(|staging| PendingToken { staging })
+                .collect()
+        })
+    }
+
+    /// Records [`GpuModel::finish_held`]'s choices: the sampler (with the
+    /// uploaded mask where there is one) or word `i` of `forced` into each
+    /// history, then each token's copy to its staging buffer.
+    fn record_choices(
+        &self,
+        held: &HeldStep,
+        choices: &[TokenChoice<'_>],
+        (masks, forced): (&[Option<wgpu::Buffer>], &wgpu::Buffer),
+        staging: &[wgpu::Buffer],
+    ) -> Result<(), GpuError> {
+        let g = &self.gpu;
+        let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, ((history, rng, pos), p)) in held.seqs.iter().zip(&held.params).enumerate() {
+            let next = ((pos + 1) * 4) as u64;
+            if let TokenChoice::Forced(_) = choices[i] {
+                g.copy((forced, (i * 4) as u64), (history, next), 4);
+            } else {
+                self.choose_token(&mut sampler, i, (history, rng), *pos, p, masks[i].as_ref())?;
+            }
+        }
+        for ((history, _, pos), st) in held.seqs.iter().zip(staging) {
+            g.copy((history, ((pos + 1) * 4) as u64), (st, 0), 4);
+        }
+        Ok(())
+    }
+
+    /// Runs the sampler on row `i` of the step's logits (with `mask`, over
+    /// the tokens it allows) and writes the token to `history[pos + 1]`.
+    fn choose_token(
+        &self,
+        sampler: &mut Sampler,
+        i: usize,
+        (history, rng): (&wgpu::Buffer, &wgpu::Buffer),
+        pos: usize,
+        params: &SamplerParams,
+        mask: Option<&wgpu::Buffer>,
+    ) -> Result<(), GpuError> {
+        let (g, s, nv) = (&self.gpu, &self.s, self.spec.hparams.n_vocab);
+        let logits = take_row(g, &s.logits, &s.row.logits, i, nv);
+        sampler.run_masked(g, (logits, history, rng), nv, pos + 1, params, mask)
     }
 
     fn token_staging(&self) -> wgpu::Buffer {
@@ -578,6 +742,9 @@ impl GpuModel {
                 "position {pos} is past the context of {}",
                 seq.n_ctx
             )));
+        }
+        if !matches!(out, Output::Nothing) {
+            self.logit_passes.fetch_add(1, Ordering::Relaxed);
         }
         let g = &self.gpu;
         let hp = &self.spec.hparams;
@@ -711,8 +878,7 @@ impl GpuModel {
         };
         let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
         for (i, (&(seq, pos), p)) in batch.iter().zip(params).enumerate() {
-            let logits = take_row(g, &s.logits, &s.row.logits, i, hp.n_vocab);
-            sampler.run(g, (logits, &seq.history, &seq.rng), hp.n_vocab, pos + 1, p)?;
+            self.choose_token(&mut sampler, i, (&seq.history, &seq.rng), pos, p, None)?;
         }
         Ok(())
     }
@@ -731,4 +897,17 @@ impl GpuModel {
         g.copy((&self.s.attn, 0), (v, 0), (heads * hd * 4) as u64);
         Ok(())
     }
+}
+
+/// A batch step's shape: 1 to [`MAX_SEQS`] sequences, one parameter set
+/// each.
+fn check_batch(batch: &[(&GpuSeq, usize)], params: &[SamplerParams]) -> Result<(), GpuError> {
+    if batch.is_empty() || batch.len() > MAX_SEQS || params.len() != batch.len() {
+        return Err(GpuError::Shape(format!(
+            "a step of {} sequences with {} parameter sets (1 to {MAX_SEQS} sequences, one set each)",
+            batch.len(),
+            params.len()
+        )));
+    }
+    Ok(())
 }

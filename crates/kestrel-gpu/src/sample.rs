@@ -119,7 +119,8 @@ impl GreedySampler {
 ///
 /// Kernels, all recorded with `Gpu::run` (one submission inside a step,
 /// nothing read back):
-/// 1. `adjust` (one workgroup): sanitized logits with bias and penalties
+/// 1. `adjust` (one workgroup): sanitized logits, `-inf` where a token
+///    mask ([`Sampler::run_masked`]) disallows them, with bias and penalties
 ///    into a scratch row (the caller's logits are not modified), the first
 ///    maximum, the count of candidates (not `-inf`); greedy ends here and
 ///    writes the first maximum into `history[pos]`.
@@ -157,6 +158,8 @@ pub struct Sampler {
     finish: wgpu::ComputePipeline,
     /// One uniform per radix pass holding its shift (0, 8, 16, 24).
     shifts: [wgpu::Buffer; 4],
+    /// Bound as the token mask when there is none (never read then).
+    no_mask: wgpu::Buffer,
     scratch: Option<Scratch>,
 }
 
@@ -268,6 +271,7 @@ impl Sampler {
                 &[COMMON, &exp_constants(), WEIGHT_FNS, FINISH],
             ),
             shifts: [0u32, 8, 16, 24].map(|s| gpu.params(&[s, 0, 0, 0])),
+            no_mask: gpu.scratch_f32("sampler no mask", 1),
             scratch: None,
         }
     }
@@ -315,23 +319,44 @@ impl Sampler {
     pub fn run(
         &mut self,
         gpu: &Gpu,
-        (logits, history, rng): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        bufs: (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
         vocab: usize,
         pos: usize,
         params: &SamplerParams,
     ) -> Result<(), GpuError> {
+        self.run_masked(gpu, bufs, vocab, pos, params, None)
+    }
+
+    /// [`Sampler::run`] over the tokens `mask` allows (bit `t % 32` of
+    /// word `t / 32` set: token `t` allowed; at least `vocab.div_ceil(32)`
+    /// words): every other logit is `-inf` before the whole chain, as the
+    /// CPU sampler sees a row with those logits set to `-inf` (so nothing
+    /// allowed gives token 0, and a draw still advances the generator).
+    pub fn run_masked(
+        &mut self,
+        gpu: &Gpu,
+        (logits, history, rng): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        vocab: usize,
+        pos: usize,
+        params: &SamplerParams,
+        mask: Option<&wgpu::Buffer>,
+    ) -> Result<(), GpuError> {
+        let mask_bytes = (vocab.div_ceil(32) * 4) as u64;
         if vocab == 0
             || vocab > u32::MAX as usize / 2
             || logits.size() < (vocab * 4) as u64
             || history.size() < ((pos + 1) * 4) as u64
             || rng.size() < 16
+            || mask.is_some_and(|m| m.size() < mask_bytes)
         {
             return Err(GpuError::Shape(format!(
                 "sampler: {vocab} logits in {} bytes, position {pos} in a history of {} bytes, \
-                 a generator state of {} bytes (needs 16)",
+                 a generator state of {} bytes (needs 16), a token mask of {:?} bytes \
+                 (needs {mask_bytes})",
                 logits.size(),
                 history.size(),
-                rng.size()
+                rng.size(),
+                mask.map(|m| m.size())
             )));
         }
         let greedy = params.temperature.is_nan() || params.temperature <= 0.0;
@@ -383,7 +408,7 @@ impl Sampler {
             flags,
             inverse_temperature(params.temperature).to_bits(),
             0,
-            0,
+            u32::from(mask.is_some()),
             0,
             0,
         ]);
@@ -392,7 +417,15 @@ impl Sampler {
         let bind = gpu.bind(
             &self.adjust,
             &[
-                logits, history, &ids, &vals, &s.adj, &s.state, &uniform, &s.pool_b,
+                logits,
+                history,
+                &ids,
+                &vals,
+                &s.adj,
+                &s.state,
+                &uniform,
+                &s.pool_b,
+                mask.unwrap_or(&self.no_mask),
             ],
         );
         gpu.run(&self.adjust, &bind, 1);

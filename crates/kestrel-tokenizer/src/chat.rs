@@ -6,7 +6,11 @@
 //!
 //! What a template sees, as in Hugging Face:
 //! - context: `messages` (a list of `{role, content}` maps), `add_generation_prompt`,
-//!   `bos_token`, `eos_token`, and `tools` / `documents` set to `none` (no tool calling yet);
+//!   `bos_token`, `eos_token`, `tools` (`none`, or with [`ChatTemplate::render_with_tools`] the
+//!   tool dicts as the request gave them) and `documents` set to `none`;
+//! - messages with tool calls pass through as given, as `transformers` passes them, except that
+//!   a tool call's `function.arguments` JSON string is parsed into a map when the template only
+//!   renders map arguments correctly (see [`ChatTemplate::wants_object_arguments`]);
 //! - environment: `trim_blocks` and `lstrip_blocks` on, trailing newline of the source dropped,
 //!   no HTML auto-escaping, lenient undefined values, booleans and none printed as Python prints
 //!   them (`True`, `False`, `None`);
@@ -26,6 +30,7 @@
 //! minijinja's `loop_controls` feature, and `strftime_now` reports UTC rather than local time.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::value::{Kwargs, Value, ValueKind};
@@ -61,6 +66,12 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+
+    /// The message as a `{"role", "content"}` JSON map, the shape
+    /// [`ChatTemplate::render_with_tools`] takes.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "role": self.role, "content": self.content })
+    }
 }
 
 /// Why a chat template could not be compiled or rendered.
@@ -84,6 +95,8 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    /// Whether tool-call arguments must be maps to render; probed on first use.
+    object_arguments: OnceLock<bool>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -118,6 +131,7 @@ impl ChatTemplate {
             source: source.to_owned(),
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
+            object_arguments: OnceLock::new(),
         })
     }
 
@@ -140,20 +154,109 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_values(
+            Value::from_serialize(messages),
+            Value::from(()),
+            add_generation_prompt,
+        )
+    }
+
+    /// Renders OpenAI-shaped messages (JSON maps that may carry `tool_calls`, `tool_call_id`,
+    /// `name`, and a `null` content) with `tools` (the request's tool dicts,
+    /// `{"type": "function", "function": {...}}`, passed as given; `None` renders as without
+    /// tools), as `apply_chat_template(messages, tools=tools)` does.
+    ///
+    /// A tool call's `function.arguments` given as a JSON string is parsed into a map first when
+    /// [`ChatTemplate::wants_object_arguments`] says the template needs one (Qwen's template,
+    /// for instance, writes `arguments | tojson`, which would quote a string); arguments that
+    /// are not a JSON object stay as given.
+    pub fn render_with_tools(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let tools = match tools {
+            Some(tools) => Value::from_serialize(tools),
+            None => Value::from(()),
+        };
+        let messages = if self.wants_object_arguments() {
+            Value::from_serialize(
+                messages
+                    .iter()
+                    .map(arguments_as_objects)
+                    .collect::<Vec<_>>(),
+            )
+        } else {
+            Value::from_serialize(messages)
+        };
+        self.render_values(messages, tools, add_generation_prompt)
+    }
+
+    /// Whether this template renders a tool call right only when `function.arguments` is a
+    /// map: probed by rendering one call both ways and looking for the arguments' JSON text,
+    /// which such a template writes for a map but not for a string.
+    pub fn wants_object_arguments(&self) -> bool {
+        *self.object_arguments.get_or_init(|| {
+            let needle = r#"{"probe_argument": 1}"#;
+            let probe = |arguments: serde_json::Value| {
+                let messages = serde_json::json!([
+                    { "role": "user", "content": "probe" },
+                    { "role": "assistant", "content": null, "tool_calls": [{
+                        "id": "call_probe", "type": "function",
+                        "function": { "name": "probe_function", "arguments": arguments },
+                    }]},
+                ]);
+                self.render_values(Value::from_serialize(&messages), Value::from(()), false)
+                    .map(|text| text.contains(needle))
+                    .unwrap_or(false)
+            };
+            let as_string = probe(serde_json::Value::from(needle));
+            !as_string && probe(serde_json::json!({ "probe_argument": 1 }))
+        })
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Value,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
         let ctx = context! {
-            messages => Value::from_serialize(messages),
+            messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-            tools => Value::from(()),
+            tools => tools,
             documents => Value::from(()),
         };
         template.render(ctx).map_err(classify_error)
     }
+}
+
+/// `message` with each `tool_calls[].function.arguments` that is a string holding a JSON object
+/// replaced by that object (key order kept).
+fn arguments_as_objects(message: &serde_json::Value) -> serde_json::Value {
+    let mut message = message.clone();
+    let calls = message
+        .get_mut("tool_calls")
+        .and_then(serde_json::Value::as_array_mut);
+    for call in calls.into_iter().flatten() {
+        let Some(arguments) = call.pointer_mut("/function/arguments") else {
+            continue;
+        };
+        let parsed = arguments
+            .as_str()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
+        if let Some(object @ serde_json::Value::Object(_)) = parsed {
+            *arguments = object;
+        }
+    }
+    message
 }
 
 /// The error a `raise_exception` call attaches as the source of the minijinja error, so that

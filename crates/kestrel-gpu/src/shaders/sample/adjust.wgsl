@@ -1,4 +1,5 @@
-// Sampler step 1: sanitized logits with bias and penalties, the first maximum, the candidate count.
+// Sampler step 1: sanitized logits with the token mask, bias and penalties, the first maximum,
+// the candidate count.
 @group(0) @binding(0) var<storage, read> logits: array<u32>;
 @group(0) @binding(1) var<storage, read_write> history: array<u32>;
 @group(0) @binding(2) var<storage, read> bias_ids: array<u32>;
@@ -9,6 +10,9 @@
 // Per token id: occurrences in the window, then its first position there
 // (the pool's scratch, unused until the compaction).
 @group(0) @binding(7) var<storage, read_write> seen: array<atomic<u32>>;
+// Allowed tokens, one bit each (bit t % 32 of word t / 32), read only when
+// the mask flag is set.
+@group(0) @binding(8) var<storage, read> mask: array<u32>;
 
 var<workgroup> best_key: array<u32, 256>;
 var<workgroup> best_id: array<u32, 256>;
@@ -24,8 +28,15 @@ fn main(@builtin(local_invocation_index) t: u32) {
     let vocab = p.v[0].x;
     let ws = p.v[0].z;
     let wn = p.v[0].w;
+    // A masked-out token is -inf before the whole chain, as the CPU does
+    // it: bias and penalties then leave it there.
+    let masked = p.v[4].y != 0u;
     for (var i = t; i < vocab; i += 256u) {
-        adj[i] = sanitize(logits[i]);
+        if (masked && ((mask[i >> 5u] >> (i & 31u)) & 1u) == 0u) {
+            adj[i] = NEG_INF;
+        } else {
+            adj[i] = sanitize(logits[i]);
+        }
     }
     storageBarrier();
     workgroupBarrier();

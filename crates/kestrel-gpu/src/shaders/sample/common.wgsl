@@ -15,7 +15,7 @@ const GRID_X: u32 = 32768u;
 // bias entries, repeat, frequency, presence penalty (bits);
 // k, mode (0 all, 1 top-k select, 2 min-p prefilter), greedy, pool bound;
 // top_p (bits), ln(min_p) (bits), flags (1 top-p, 2 min-p), 1/temperature (bits);
-// 0 (for fence)
+// 0 (for fence), token mask bound (1) or not (0)
 struct Params { v: array<vec4<u32>, 5> }
 
 // The float bits back from a key.

@@ -1,0 +1,275 @@
+//! Answers split into content and calls, whole and streamed, for each family.
+
+use kestrel_tools::{parse, CallIds, Delta, Family, ParsedMessage, StreamParser, ToolCall};
+
+fn whole(family: Family, text: &str) -> ParsedMessage {
+    parse(family, text, &mut CallIds::new(1))
+}
+
+fn call(name: &str, arguments: &str) -> (String, String) {
+    (name.to_owned(), arguments.to_owned())
+}
+
+fn calls(m: &ParsedMessage) -> Vec<(String, String)> {
+    m.tool_calls
+        .iter()
+        .map(|c| (c.name.clone(), c.arguments.clone()))
+        .collect()
+}
+
+/// Streams `text` in pieces of every size from 1 to 7 bytes (on char boundaries), in both
+/// modes, and checks the deltas add up to the whole parse, with the same ids.
+fn check_stream(family: Family, text: &str) -> ParsedMessage {
+    check_stream_modes(family, text, &[false, true])
+}
+
+/// [`check_stream`] for text with broken calls, which only careful streaming keeps out of
+/// the calls (eager streaming trusts a grammar to keep call text well formed).
+fn check_careful_stream(family: Family, text: &str) -> ParsedMessage {
+    check_stream_modes(family, text, &[false])
+}
+
+fn check_stream_modes(family: Family, text: &str, modes: &[bool]) -> ParsedMessage {
+    let expected = whole(family, text);
+    for &eager in modes {
+        for step in 1..=7 {
+            let mut parser = StreamParser::new(family, CallIds::new(1), eager);
+            let mut deltas = Vec::new();
+            let mut rest = text;
+            while !rest.is_empty() {
+                let mut cut = step.min(rest.len());
+                while !rest.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                deltas.extend(parser.push(&rest[..cut]));
+                rest = &rest[cut..];
+            }
+            let (last, message) = parser.finish();
+            deltas.extend(last);
+            let mut content = String::new();
+            let mut streamed: Vec<ToolCall> = Vec::new();
+            for delta in deltas {
+                match delta {
+                    Delta::Content(t) => content.push_str(&t),
+                    Delta::CallStart { index, id, name } => {
+                        assert_eq!(index, streamed.len());
+                        streamed.push(ToolCall {
+                            id,
+                            name,
+                            arguments: String::new(),
+                        });
+                    }
+                    Delta::CallArguments { index, fragment } => {
+                        streamed[index].arguments.push_str(&fragment)
+                    }
+                }
+            }
+            let ctx = format!("{family:?} eager={eager} step={step} text={text:?}");
+            assert_eq!(
+                content,
+                expected.content.clone().unwrap_or_default(),
+                "{ctx}"
+            );
+            assert_eq!(streamed, expected.tool_calls, "{ctx}");
+            assert_eq!(message, expected, "{ctx}");
+        }
+    }
+    expected
+}
+
+#[test]
+fn hermes_calls_and_content() {
+    let text = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, 2.5]}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    let m = check_stream(Family::Hermes, text);
+    assert_eq!(m.content.as_deref(), Some("Let me look."));
+    assert_eq!(
+        calls(&m),
+        [
+            call("get_weather", "{\"city\": \"Paris\", \"n\": [1, 2.5]}"),
+            call("get_time", "{}")
+        ]
+    );
+    assert!(m.tool_calls[0].id.starts_with("call_"));
+    assert_ne!(m.tool_calls[0].id, m.tool_calls[1].id);
+}
+
+#[test]
+fn hermes_call_without_closing_tag_at_the_end_counts() {
+    let m = check_stream(
+        Family::Hermes,
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"}\"}}\n",
+    );
+    assert_eq!(m.content, None);
+    assert_eq!(calls(&m), [call("f", "{\"a\": \"}\"}")]);
+}
+
+#[test]
+fn plain_text_is_content_exactly() {
+    for family in [
+        Family::Hermes,
+        Family::Llama3,
+        Family::Mistral,
+        Family::Generic,
+    ] {
+        let text = "  Hello <b>world</b> {not json} [TOOL <tool  \n";
+        let m = check_stream(family, text);
+        assert_eq!(m.content.as_deref(), Some(text), "{family:?}");
+        assert!(m.tool_calls.is_empty());
+    }
+    assert_eq!(whole(Family::Hermes, ""), ParsedMessage::default());
+}
+
+#[test]
+fn malformed_calls_fall_back_to_content() {
+    let cases = [
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"f\" \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": 3, \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{}\"}\n</tool_call>",
+        "<tool_call>\n{\"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} trailing</tool_call>",
+        "<tool_call>\nnot json</tool_call>",
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, ",
+    ];
+    for text in cases {
+        let m = whole(Family::Hermes, text);
+        assert_eq!(m.content.as_deref(), Some(text), "{text}");
+        assert!(m.tool_calls.is_empty(), "{text}");
+        // Careful streaming never sends a call for it.
+        let mut parser = StreamParser::new(Family::Hermes, CallIds::new(1), false);
+        let mut deltas = parser.push(text);
+        deltas.extend(parser.finish().0);
+        assert!(
+            deltas.iter().all(|d| matches!(d, Delta::Content(_))),
+            "{text}"
+        );
+        check_careful_stream(Family::Hermes, text);
+    }
+    // A good call after a broken one still counts.
+    let text = "<tool_call>oops <tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+    let m = check_careful_stream(Family::Hermes, text);
+    assert_eq!(m.content.as_deref(), Some("<tool_call>oops"));
+    assert_eq!(calls(&m), [call("g", "{}")]);
+}
+
+#[test]
+fn llama3_json_calls() {
+    let m = check_stream(
+        Family::Llama3,
+        "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}",
+    );
+    assert_eq!(
+        (m.content.clone(), calls(&m)),
+        (None, vec![call("get_time", "{\"zone\": \"UTC\"}")])
+    );
+    let m = check_stream(
+        Family::Llama3,
+        "<|python_tag|>{\"name\": \"f\", \"arguments\": {}}",
+    );
+    assert_eq!(calls(&m), [call("f", "{}")]);
+    let m = check_careful_stream(Family::Llama3, "Use {\"name\": 1} here");
+    assert_eq!(m.content.as_deref(), Some("Use {\"name\": 1} here"));
+}
+
+#[test]
+fn mistral_call_arrays() {
+    let text = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"id\": \"abcdefghi\"}, {\"name\": \"g\", \"arguments\": {}}]";
+    let m = check_stream(Family::Mistral, text);
+    assert_eq!(m.content, None);
+    assert_eq!(calls(&m), [call("f", "{\"x\": 1}"), call("g", "{}")]);
+    let bad = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, 7]";
+    assert_eq!(
+        check_careful_stream(Family::Mistral, bad)
+            .content
+            .as_deref(),
+        Some(bad)
+    );
+    assert_eq!(
+        check_careful_stream(Family::Mistral, "[TOOL_CALLS][]")
+            .content
+            .as_deref(),
+        Some("[TOOL_CALLS][]")
+    );
+}
+
+#[test]
+fn generic_answers() {
+    let m = check_stream(
+        Family::Generic,
+        "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"q\": \"a b\"}}, {\"name\": \"g\", \"arguments\": {}}]}",
+    );
+    assert_eq!(
+        (m.content.clone(), calls(&m)),
+        (None, vec![call("f", "{\"q\": \"a b\"}"), call("g", "{}")])
+    );
+    let m = check_stream(
+        Family::Generic,
+        "{\"tool_call\": {\"name\": \"f\", \"arguments\": {}}}",
+    );
+    assert_eq!(calls(&m), [call("f", "{}")]);
+    let m = check_stream(
+        Family::Generic,
+        "{\"response\": \"Hi \\\"there\\\" \\u00e9\\ud83d\\ude00\\n\"}",
+    );
+    assert_eq!(
+        (m.content.as_deref(), m.tool_calls.len()),
+        (Some("Hi \"there\" é😀\n"), 0)
+    );
+    // Cut short: what the response said so far.
+    assert_eq!(
+        whole(Family::Generic, "{\"response\": \"Hel")
+            .content
+            .as_deref(),
+        Some("Hel")
+    );
+    for bad in [
+        "{\"tool_calls\": [{\"name\": \"f\"}]}",
+        "{\"other\": 1}",
+        "{\"tool_calls\": [",
+        "[1]",
+    ] {
+        assert_eq!(
+            check_careful_stream(Family::Generic, bad)
+                .content
+                .as_deref(),
+            Some(bad),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn eager_streaming_sends_arguments_as_they_grow() {
+    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(5), true);
+    assert_eq!(parser.push("Sure<tool"), [Delta::Content("Sure".into())]);
+    assert!(parser.push("_call>\n{\"name\": \"f").is_empty());
+    let d = parser.push("\", \"arguments\": {\"a\":");
+    assert!(
+        matches!(&d[0], Delta::CallStart { index: 0, name, .. } if name == "f"),
+        "{d:?}"
+    );
+    assert_eq!(
+        d[1],
+        Delta::CallArguments {
+            index: 0,
+            fragment: "{\"a\":".into()
+        }
+    );
+    assert_eq!(
+        parser.push(" 1}"),
+        [Delta::CallArguments {
+            index: 0,
+            fragment: " 1}".into()
+        }]
+    );
+    assert!(parser.push("}\n</tool_call>").is_empty());
+    let (rest, message) = parser.finish();
+    assert!(rest.is_empty());
+    assert_eq!(message.tool_calls[0].arguments, "{\"a\": 1}");
+    // Careful mode holds the call until it closes.
+    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(5), false);
+    assert!(parser
+        .push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}")
+        .is_empty());
+    assert_eq!(parser.push("\n</tool_call>").len(), 2);
+}
