@@ -156,3 +156,41 @@ fn a_seeded_constrained_request_is_the_same_pipelined_or_not_alone_or_batched() 
         assert_eq!(got[i].0.tokens, want.tokens, "prompt {i}: batched vs alone");
     }
 }
+
+#[test]
+fn the_gpu_gives_a_constrained_request_the_cpus_tokens() {
+    let e = engine();
+    let prompts = [
+        "Write a long random number:",
+        "The year it happened was",
+        "Count with me: one, two,",
+    ];
+    let mut reqs: Vec<Req> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Req {
+            prompt: e.tokenize_prompt(p),
+            params: constrained(20 + i as u64),
+            join: i,
+        })
+        .collect();
+    reqs.push(Req {
+        prompt: e.tokenize_prompt("Once upon a time"),
+        params: sampled(12, 98, 512),
+        join: 1,
+    });
+    let run = |device| {
+        let opts = BackendOptions {
+            device,
+            n_ctx: 512,
+            swa_full: false,
+        };
+        let mut batch = e.batch(opts, 4, 64).expect("a backend (lavapipe in CI)");
+        batched(&mut batch, &reqs, false).0
+    };
+    let (cpu, gpu) = (run(Device::Cpu), run(Device::Gpu));
+    for (i, (c, g)) in cpu.iter().zip(&gpu).enumerate() {
+        assert_eq!(g.0.tokens, c.0.tokens, "request {i}: GPU vs CPU");
+        assert_eq!(g.1, c.1, "request {i}: streamed text");
+    }
+}

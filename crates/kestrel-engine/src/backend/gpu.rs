@@ -8,12 +8,18 @@
 //! the next step's embedding reads. The host reads the tokens when it
 //! reads the step. Logits asked for (logprobs, scoring) are read back in
 //! the step itself: the one wait outside the pipeline.
+//!
+//! Held feeds (constrained sequences) go in the step's last group, through
+//! `step_batch_held`: the forward pass is submitted at once and the
+//! tokens are chosen (`finish_held`, a second submission) when every held
+//! feed has its selection, or when the step is read or the next one
+//! submitted, whichever comes first.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use kestrel_gguf::GgufFile;
-use kestrel_gpu::model::{GpuModel, GpuSeq, PendingToken, MAX_SEQS};
+use kestrel_gpu::model::{GpuModel, GpuSeq, HeldStep, PendingToken, TokenChoice, MAX_SEQS};
 use kestrel_model::ModelSpec;
 use kestrel_sampling::{SamplerParams, XorShift};
 
@@ -37,6 +43,17 @@ struct SeqState {
 enum Pending {
     Ready(Output),
     Token(PendingToken, Option<Vec<f32>>),
+    /// In the latest step's held group, its token not chosen yet.
+    Held(Option<Vec<f32>>),
+}
+
+/// The latest step's group of held feeds, waiting for selections.
+struct HeldGroup {
+    step: HeldStep,
+    /// Per sequence of the group: the feed's index in its step, its
+    /// sequence, and its selection (`None`: not given yet; feeds that are
+    /// not held are sampled).
+    members: Vec<(usize, SeqId, Option<Selection>)>,
 }
 
 pub struct GpuBackend {
@@ -44,6 +61,7 @@ pub struct GpuBackend {
     facts: DeviceFacts,
     seqs: Vec<Option<SeqState>>,
     steps: VecDeque<Vec<Pending>>,
+    held: Option<HeldGroup>,
 }
 
 impl GpuBackend {
@@ -64,6 +82,7 @@ impl GpuBackend {
             facts,
             seqs: Vec::new(),
             steps: VecDeque::new(),
+            held: None,
         })
     }
 
@@ -72,6 +91,31 @@ impl GpuBackend {
             .get(seq)
             .and_then(Option::as_ref)
             .ok_or_else(|| EngineError::Backend(format!("no sequence {seq}")))
+    }
+
+    /// Chooses the held group's tokens (a missing selection is free) and
+    /// puts them in the latest step's answers.
+    fn finish_held(&mut self) -> Result<(), EngineError> {
+        let Some(group) = self.held.take() else {
+            return Ok(());
+        };
+        let choices: Vec<TokenChoice<'_>> = group
+            .members
+            .iter()
+            .map(|(_, _, sel)| match sel {
+                None | Some(Selection::Free) => TokenChoice::Sample,
+                Some(Selection::Allowed(words)) => TokenChoice::Masked(words),
+                Some(Selection::Forced(t)) => TokenChoice::Forced(*t),
+            })
+            .collect();
+        let tokens = self.model.finish_held(group.step, &choices)?;
+        let step = self.steps.back_mut().expect("the held group's step");
+        for ((i, _, _), token) in group.members.iter().zip(tokens) {
+            if let Pending::Held(logits) = &mut step[*i] {
+                step[*i] = Pending::Token(token, logits.take());
+            }
+        }
+        Ok(())
     }
 
     /// Records `feeds`; the tokens come back as pending reads.
@@ -107,11 +151,26 @@ impl GpuBackend {
                 }
             }
         }
-        // Then one submission per `MAX_SEQS` sequences choosing a token.
-        let choosing: Vec<usize> = (0..feeds.len())
+        // Then one submission per `MAX_SEQS` sequences choosing a token,
+        // the held ones in the last (only the last can wait: the next
+        // logits pass overwrites the logits).
+        let (free, held): (Vec<usize>, Vec<usize>) = (0..feeds.len())
             .filter(|&i| matches!(feeds[i].want, Want::Next { .. }))
-            .collect();
-        for group in choosing.chunks(MAX_SEQS) {
+            .partition(|&i| !feeds[i].want.is_held());
+        if held.len() > MAX_SEQS {
+            return Err(EngineError::Backend(format!(
+                "{} constrained sequences in one step: the GPU takes at most {MAX_SEQS}",
+                held.len()
+            )));
+        }
+        let mut groups: Vec<Vec<usize>> = free.chunks(MAX_SEQS).map(<[usize]>::to_vec).collect();
+        if !held.is_empty() {
+            match groups.last_mut() {
+                Some(g) if g.len() + held.len() <= MAX_SEQS => g.extend(&held),
+                _ => groups.push(held.clone()),
+            }
+        }
+        for group in &groups {
             let mut batch = Vec::with_capacity(group.len());
             let mut params = Vec::with_capacity(group.len());
             for &i in group {
@@ -119,7 +178,21 @@ impl GpuBackend {
                 batch.push((&s.dev, feeds[i].to - 1));
                 params.push(s.sampler.clone());
             }
-            let tokens = self.model.step_batch(&batch, &params)?;
+            let holds = group.iter().any(|&i| feeds[i].want.is_held());
+            let tokens = if holds {
+                let step = self.model.step_batch_held(&batch, &params)?;
+                let members = group
+                    .iter()
+                    .map(|&i| {
+                        let free = (!feeds[i].want.is_held()).then_some(Selection::Free);
+                        (i, feeds[i].seq, free)
+                    })
+                    .collect();
+                self.held = Some(HeldGroup { step, members });
+                None
+            } else {
+                Some(self.model.step_batch(&batch, &params)?)
+            };
             // Logprobs need this step's logits before the next step
             // overwrites them.
             let wants = |i: usize| matches!(feeds[i].want, Want::Next { logits: true, .. });
@@ -128,12 +201,23 @@ impl GpuBackend {
             } else {
                 None
             };
-            for (k, (&i, token)) in group.iter().zip(tokens).enumerate() {
-                let row = logits
+            let row = |k: usize, i: usize| {
+                logits
                     .as_ref()
                     .filter(|_| wants(i))
-                    .map(|l| l[k * n_vocab..(k + 1) * n_vocab].to_vec());
-                out[i] = Some(Pending::Token(token, row));
+                    .map(|l| l[k * n_vocab..(k + 1) * n_vocab].to_vec())
+            };
+            match tokens {
+                Some(tokens) => {
+                    for (k, (&i, token)) in group.iter().zip(tokens).enumerate() {
+                        out[i] = Some(Pending::Token(token, row(k, i)));
+                    }
+                }
+                None => {
+                    for (k, &i) in group.iter().enumerate() {
+                        out[i] = Some(Pending::Held(row(k, i)));
+                    }
+                }
             }
         }
         Ok(out
@@ -216,12 +300,8 @@ impl Backend for GpuBackend {
                 )));
             }
         }
-        if let Some(f) = feeds.iter().find(|f| f.want.is_held()) {
-            return Err(EngineError::Backend(format!(
-                "sequence {}: constrained decoding (a held token) is not on the GPU yet",
-                f.seq
-            )));
-        }
+        // Held tokens never given a selection are chosen freely now.
+        self.finish_held()?;
         let pending = self.record(feeds)?;
         for f in feeds {
             if matches!(f.want, Want::Next { .. }) {
@@ -233,11 +313,25 @@ impl Backend for GpuBackend {
         Ok(())
     }
 
-    fn select(&mut self, seq: SeqId, _choice: Selection) -> Result<(), EngineError> {
-        Err(nothing_held(seq))
+    fn select(&mut self, seq: SeqId, choice: Selection) -> Result<(), EngineError> {
+        let group = self.held.as_mut().ok_or_else(|| nothing_held(seq))?;
+        let member = group
+            .members
+            .iter_mut()
+            .find(|(_, s, sel)| *s == seq && sel.is_none())
+            .ok_or_else(|| nothing_held(seq))?;
+        member.2 = Some(choice);
+        if group.members.iter().all(|(_, _, sel)| sel.is_some()) {
+            self.finish_held()?;
+        }
+        Ok(())
     }
 
     fn read(&mut self) -> Result<Option<Vec<Output>>, EngineError> {
+        if self.steps.len() == 1 {
+            // The step read is the latest: its held tokens go free.
+            self.finish_held()?;
+        }
         let Some(step) = self.steps.pop_front() else {
             return Ok(None);
         };
@@ -249,6 +343,11 @@ impl Backend for GpuBackend {
                     token: Some(t.wait(&self.model.gpu)?),
                     logits,
                 },
+                Pending::Held(_) => {
+                    return Err(EngineError::Backend(
+                        "a held token was read before it was chosen".into(),
+                    ))
+                }
             });
         }
         Ok(Some(out))
