@@ -135,6 +135,7 @@ impl Parser {
     fn parse_rule(&mut self) -> Result<(), ConstraintError> {
         let at = self.pos;
         let name = self.parse_name()?;
+        let idx = self.rule_index(name, at);
         self.skip_space(false);
         if !(self.peek() == Some(':')
             && self.peek_at(1) == Some(':')
@@ -145,7 +146,6 @@ impl Parser {
         self.pos += 3;
         self.skip_space(true);
         let body = self.parse_alternates(false)?;
-        let idx = self.rule_index(name, at);
         // A later definition replaces an earlier one, as in llama.cpp.
         self.rules[idx].body = Some(body);
         self.skip_space(false);

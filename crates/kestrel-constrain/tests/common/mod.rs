@@ -83,9 +83,13 @@ pub enum WalkEnd {
 }
 
 /// Drives `m` with random allowed tokens (blank ones mostly avoided) for at
-/// most `steps` tokens. Where
-/// the output may end, ends with probability `p_end`. Returns the text and
-/// how it stopped; checks on the way that every allowed pick is accepted.
+/// most `steps` tokens. Where the output may end, ends with probability
+/// `p_end`. In the second half of the walk it steers for an end: it walks
+/// one character at a time (where single-byte tokens are allowed) and of a
+/// few random candidates takes one after which the output may end, if any
+/// (trying them exercises rollback). Returns the
+/// text and how it stopped; on the way, checks that every allowed token is
+/// accepted and that end-of-generation ids are allowed all or none.
 pub fn random_walk(
     model: &Model,
     m: &mut Matcher,
@@ -95,11 +99,12 @@ pub fn random_walk(
 ) -> (String, WalkEnd) {
     let eog = model.vocab.eog_ids();
     let mut ids = Vec::new();
-    for _ in 0..steps {
-        let t = match m.next().unwrap() {
+    let mut next = m.next().unwrap();
+    for step in 0..steps {
+        let t = match next {
             Next::End => return (model.tok.decode(&ids, false), WalkEnd::Ended),
             Next::Forced(t) => t,
-            Next::Allowed(mask) => {
+            Next::Allowed(ref mask) => {
                 let may_end = eog.iter().any(|&e| mask.allows(e));
                 assert!(
                     !may_end || eog.iter().all(|&e| mask.allows(e)),
@@ -114,26 +119,67 @@ pub fn random_walk(
                 }
                 let allowed: Vec<u32> = mask.iter().filter(|t| !eog.contains(t)).collect();
                 if allowed.is_empty() {
-                    let e = eog[0];
-                    m.accept(e).unwrap();
+                    m.accept(eog[0]).unwrap();
                     return (model.tok.decode(&ids, false), WalkEnd::Ended);
                 }
-                // Blank tokens outnumber the rest where a grammar skips
-                // whitespace; mostly re-pick them, or walks never end.
-                let mut t = allowed[rng.below(allowed.len())];
-                for _ in 0..8 {
-                    let b = model.vocab.token_bytes(t);
-                    if !b.iter().all(u8::is_ascii_whitespace) {
-                        break;
+                let short: Vec<u32> = allowed
+                    .iter()
+                    .copied()
+                    .filter(|&t| model.vocab.token_bytes(t).len() == 1)
+                    .collect();
+                let pick = |rng: &mut Rng| {
+                    // Blank tokens outnumber the rest where a grammar skips
+                    // whitespace; mostly re-pick them, or walks never end.
+                    let mut t = allowed[rng.below(allowed.len())];
+                    for _ in 0..8 {
+                        let b = model.vocab.token_bytes(t);
+                        if !b.iter().all(u8::is_ascii_whitespace) {
+                            break;
+                        }
+                        t = allowed[rng.below(allowed.len())];
                     }
-                    t = allowed[rng.below(allowed.len())];
+                    t
+                };
+                if step >= steps / 2 {
+                    let mut found = None;
+                    for _ in 0..8 {
+                        let t = if short.is_empty() {
+                            pick(rng)
+                        } else {
+                            short[rng.below(short.len())]
+                        };
+                        m.accept(t).unwrap();
+                        let after = m.next().unwrap();
+                        let ends = match &after {
+                            Next::End => true,
+                            Next::Allowed(mask) => mask.allows(eog[0]),
+                            Next::Forced(_) => false,
+                        };
+                        if ends {
+                            found = Some((t, after));
+                            break;
+                        }
+                        m.rollback(1).unwrap();
+                    }
+                    if let Some((t, after)) = found {
+                        ids.push(t);
+                        next = after;
+                        continue;
+                    }
+                    if !short.is_empty() {
+                        short[rng.below(short.len())]
+                    } else {
+                        pick(rng)
+                    }
+                } else {
+                    pick(rng)
                 }
-                t
             }
         };
         m.accept(t)
             .unwrap_or_else(|e| panic!("{}: allowed token {t} refused: {e}", model.name));
         ids.push(t);
+        next = m.next().unwrap();
     }
     (model.tok.decode(&ids, false), WalkEnd::Cut)
 }
