@@ -1,0 +1,163 @@
+//! From a request's constraint ([`Spec`]) to a compiled [`Grammar`]: size
+//! and complexity limits for hostile input, unsupported JSON-schema keywords
+//! as errors, and the check that the constraint allows any output at all.
+
+use std::sync::Arc;
+
+use llguidance::api::{ParserLimits, StopReason, TopLevelGrammar};
+use llguidance::{ParserFactory, TokenParser};
+use serde_json::Value;
+
+use crate::{gbnf, ConstraintError, Matcher, Vocabulary};
+
+/// The most bytes of schema or grammar text a request may send.
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+
+/// A request's output constraint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spec {
+    /// A JSON schema (llguidance's subset; anything unsupported is an error).
+    JsonSchema(Value),
+    /// Any JSON object.
+    JsonObject,
+    /// A regular expression (Rust `regex` syntax) the whole output matches.
+    Regex(String),
+    /// An llguidance Lark grammar.
+    Lark(String),
+    /// A llama.cpp GBNF grammar (start rule `root`).
+    Gbnf(String),
+}
+
+/// Compiles constraints against one model's vocabulary. One per model;
+/// `Send + Sync`, so threads share it.
+pub struct Compiler {
+    vocab: Arc<Vocabulary>,
+    factory: Arc<ParserFactory>,
+}
+
+/// A compiled constraint. Cloning is cheap; every matcher made from one
+/// compile (and its clones) shares the lexer's lazily built states, so work
+/// done for one sequence serves the others.
+#[derive(Clone)]
+pub struct Grammar {
+    parser: TokenParser,
+    vocab: Arc<Vocabulary>,
+}
+
+/// The limits compiling and masking run under. llguidance's defaults, with
+/// a smaller grammar (a 1 MiB schema fits) and a smaller per-mask budget so
+/// that one hostile constraint cannot hold up a decode step for long.
+fn limits() -> ParserLimits {
+    ParserLimits {
+        verbose_errors: false,
+        ..ParserLimits::default()
+    }
+}
+
+impl Compiler {
+    pub fn new(vocab: Arc<Vocabulary>) -> Result<Compiler, ConstraintError> {
+        let mut factory = ParserFactory::new_simple(vocab.env())
+            .map_err(|e| ConstraintError::Vocabulary(e.to_string()))?;
+        // Errors come back as values; nothing goes to stderr.
+        factory.quiet();
+        *factory.limits_mut() = limits();
+        Ok(Compiler {
+            vocab,
+            factory: Arc::new(factory),
+        })
+    }
+
+    pub fn vocabulary(&self) -> &Arc<Vocabulary> {
+        &self.vocab
+    }
+
+    /// Compiles `spec`; fails on bad syntax, unsupported features, limits,
+    /// or a constraint that no output satisfies.
+    pub fn compile(&self, spec: &Spec) -> Result<Grammar, ConstraintError> {
+        let top = top_level(spec)?;
+        let err = |e: String| classify(spec, e);
+        let mut parser = self
+            .factory
+            .create_parser(top)
+            .map_err(|e| err(e.to_string()))?;
+        let warnings = parser.grammar_warnings();
+        if !warnings.is_empty() {
+            return Err(err(warnings.join("; ")));
+        }
+        let grammar = Grammar {
+            parser,
+            vocab: self.vocab.clone(),
+        };
+        // The first mask: also warms the shared lexer for the matchers.
+        let mut probe = grammar.inner_matcher();
+        match probe.compute_mask() {
+            Ok(m) if !m.is_zero() => Ok(grammar),
+            Ok(_) => Err(ConstraintError::AcceptsNothing),
+            Err(_) if probe.stop_reason() == StopReason::NoExtensionBias => {
+                Err(ConstraintError::AcceptsNothing)
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+}
+
+impl Grammar {
+    /// A fresh matcher at the start of the output.
+    pub fn matcher(&self) -> Matcher {
+        Matcher::new(self.inner_matcher(), self.vocab.clone())
+    }
+
+    fn inner_matcher(&self) -> llguidance::Matcher {
+        llguidance::Matcher::new(Ok(self.parser.clone()))
+    }
+}
+
+fn check_size(what: &'static str, size: usize) -> Result<(), ConstraintError> {
+    if size > MAX_SPEC_BYTES {
+        return Err(ConstraintError::TooLarge {
+            what,
+            size,
+            limit: MAX_SPEC_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn top_level(spec: &Spec) -> Result<TopLevelGrammar, ConstraintError> {
+    Ok(match spec {
+        Spec::JsonSchema(schema) => {
+            let size = serde_json::to_vec(schema).map_or(usize::MAX, |v| v.len());
+            check_size("the JSON schema", size)?;
+            TopLevelGrammar::from_json_schema(schema.clone())
+        }
+        Spec::JsonObject => {
+            TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+        }
+        Spec::Regex(rx) => {
+            check_size("the regex", rx.len())?;
+            TopLevelGrammar::from_regex(rx)
+        }
+        Spec::Lark(lark) => {
+            check_size("the grammar", lark.len())?;
+            TopLevelGrammar::from_lark(lark.clone())
+        }
+        Spec::Gbnf(text) => {
+            check_size("the grammar", text.len())?;
+            TopLevelGrammar::from_lark(gbnf::to_lark(text)?)
+        }
+    })
+}
+
+/// llguidance reports limits as plain errors; those become
+/// [`ConstraintError::TooComplex`], the rest name the kind of spec.
+fn classify(spec: &Spec, msg: String) -> ConstraintError {
+    const LIMIT_WORDS: &[&str] = &["fuel", "too many", "too large", "limit", "exceeded"];
+    if LIMIT_WORDS.iter().any(|w| msg.contains(w)) {
+        return ConstraintError::TooComplex(msg);
+    }
+    match spec {
+        Spec::JsonSchema(_) | Spec::JsonObject => ConstraintError::Schema(msg),
+        Spec::Regex(_) => ConstraintError::Regex(msg),
+        Spec::Lark(_) | Spec::Gbnf(_) => ConstraintError::Grammar(msg),
+    }
+}
