@@ -102,6 +102,11 @@ impl Compiler {
 }
 
 impl Grammar {
+    /// The vocabulary it was compiled against.
+    pub fn vocabulary(&self) -> &Arc<Vocabulary> {
+        &self.vocab
+    }
+
     /// A fresh matcher at the start of the output.
     pub fn matcher(&self) -> Matcher {
         Matcher::new(self.inner_matcher(), self.vocab.clone())

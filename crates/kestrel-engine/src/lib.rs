@@ -19,6 +19,7 @@ pub mod batch;
 pub mod constraint;
 pub mod context;
 pub mod generate;
+pub mod grammar;
 pub mod perplexity;
 
 pub use backend::{Backend, BackendOptions, Device, DeviceFacts};
@@ -26,6 +27,8 @@ pub use batch::{AdmitError, Batch, Sink, SlotInfo, PROMPT_CHUNK};
 pub use constraint::{Allowed, Constraint, ConstraintSource, TokenConstraint};
 pub use context::{context_size, ContextError, ContextSize};
 pub use generate::{GenStats, GenerateParams, Generation, StopReason, TokenEvent};
+pub use grammar::GrammarConstraint;
+pub use kestrel_constrain::{Compiler, ConstraintError, Spec, Vocabulary};
 /// The GPU adapters wgpu finds (`kestrel devices`).
 pub use kestrel_gpu::{adapters, AdapterSummary};
 pub use kestrel_sampling::TokenLogprobs;
@@ -85,6 +88,9 @@ pub struct Engine {
     pub tokenizer: Tokenizer,
     /// The model's own template, or `None` when it has none (ChatML is used then).
     pub template: Option<ChatTemplate>,
+    /// Structured output's compiler, made on first use (the vocabulary's
+    /// token trie takes a moment on a large vocabulary).
+    compiler: std::sync::OnceLock<Result<Compiler, String>>,
 }
 
 impl Engine {
@@ -133,7 +139,22 @@ impl Engine {
             model,
             tokenizer,
             template,
+            compiler: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Compiles a constraint (a JSON schema, a grammar) against this
+    /// model's vocabulary.
+    pub fn compile(&self, spec: &Spec) -> Result<kestrel_constrain::Grammar, ConstraintError> {
+        let compiler = self.compiler.get_or_init(|| {
+            Vocabulary::new(&self.tokenizer)
+                .and_then(Compiler::new)
+                .map_err(|e| e.to_string())
+        });
+        match compiler {
+            Ok(c) => c.compile(spec),
+            Err(e) => Err(ConstraintError::Vocabulary(e.clone())),
+        }
     }
 
     /// Renders a conversation with the model's template (ChatML when it has none)

@@ -194,3 +194,78 @@ fn the_gpu_gives_a_constrained_request_the_cpus_tokens() {
         assert_eq!(g.1, c.1, "request {i}: streamed text");
     }
 }
+
+/// A JSON schema compiled against SmolLM2's vocabulary.
+fn schema_constraint(schema: serde_json::Value) -> Constraint {
+    let grammar = engine()
+        .compile(&kestrel_engine::Spec::JsonSchema(schema))
+        .expect("the schema compiles");
+    Constraint(Arc::new(kestrel_engine::GrammarConstraint::eager(
+        grammar,
+        "json schema",
+    )))
+}
+
+#[test]
+fn a_json_schema_holds_the_sampled_text_to_it() {
+    let e = engine();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false
+    });
+    let prompt = e.tokenize_prompt("A person, as JSON:");
+    for seed in 0..4 {
+        let params = GenerateParams {
+            constraint: Some(schema_constraint(schema.clone())),
+            ..sampled(200, seed, 512)
+        };
+        let g = e.generate(&prompt, &params, |_| true).expect("generates");
+        assert_eq!(g.stats.stop, StopReason::EndOfGeneration, "{:?}", g.text);
+        let v: serde_json::Value = serde_json::from_str(&g.text).expect("JSON");
+        let age = v["age"].as_i64().expect("an integer age");
+        assert!((0..=120).contains(&age), "{v}");
+        assert!(
+            v["name"].as_str().is_some_and(|n| n.chars().count() <= 12),
+            "{v}"
+        );
+        assert!(v.as_object().unwrap().len() == 3, "{v}");
+    }
+}
+
+#[test]
+fn a_lazy_grammar_starts_at_its_trigger() {
+    let e = engine();
+    let grammar = e
+        .compile(&kestrel_engine::Spec::Lark(
+            "start: \", 1\" /[0-9]/ \"!\"\n".into(),
+        ))
+        .expect("compiles");
+    let lazy = kestrel_engine::GrammarConstraint::lazy(grammar, &[", 1".into()], "lazy");
+    // Greedy, the model counts on: " 8, 9, 10, 11, ..."
+    let prompt = e.tokenize_prompt("1, 2, 3, 4, 5, 6, 7,");
+    let free = e
+        .generate(&prompt, &common::greedy(12, 512), |_| true)
+        .expect("generates");
+    let at = free.text.find(", 1").expect("the model counts past 9");
+    let params = GenerateParams {
+        constraint: Some(Constraint(Arc::new(lazy))),
+        ..common::greedy(40, 512)
+    };
+    let g = e.generate(&prompt, &params, |_| true).expect("generates");
+    // Free text up to the trigger; from it on, the grammar to its end.
+    assert_eq!(g.text[..at], free.text[..at]);
+    let call = &g.text[at..];
+    assert_eq!(call.len(), 5, "{:?}", g.text);
+    assert!(
+        call.starts_with(", 1") && call.ends_with('!'),
+        "{:?}",
+        g.text
+    );
+    assert_eq!(g.stats.stop, StopReason::EndOfGeneration);
+}
