@@ -46,7 +46,7 @@ impl GrammarConstraint {
 impl ConstraintSource for GrammarConstraint {
     fn start(&self) -> Result<Box<dyn TokenConstraint>, String> {
         let state = if self.triggers.is_empty() {
-            State::Active(self.grammar.matcher())
+            State::Active(Box::new(self.grammar.matcher()))
         } else {
             State::Waiting {
                 text: Vec::new(),
@@ -80,7 +80,7 @@ enum State {
         starts: Vec<usize>,
         tokens: Vec<u32>,
     },
-    Active(Matcher),
+    Active(Box<Matcher>),
     /// A lazy grammar the text did not follow: free to the end.
     Off,
 }
@@ -117,7 +117,11 @@ impl Running {
         };
         let mut m = self.source.grammar.matcher();
         let fits = tokens[first..].iter().all(|&t| m.accept(t).is_ok());
-        self.state = if fits { State::Active(m) } else { State::Off };
+        self.state = if fits {
+            State::Active(Box::new(m))
+        } else {
+            State::Off
+        };
     }
 }
 

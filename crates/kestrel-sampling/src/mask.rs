@@ -37,7 +37,7 @@ mod tests {
     #[test]
     fn masked_tokens_become_minus_infinity_and_allowed_ones_keep_their_bits() {
         let mut rng = crate::XorShift::new(7);
-        let n = 1000;
+        let n: usize = 1000;
         let logits: Vec<f32> = (0..n).map(|_| rng.next_f32() * 20.0 - 10.0).collect();
         let words: Vec<u32> = (0..n.div_ceil(32) - 3).map(|_| rng.next_u32()).collect();
         let mut masked = logits.clone();
