@@ -104,6 +104,8 @@ struct Seq<'e> {
     awaiting_selection: bool,
     /// The constraint allowed only the end: the token read next ends it.
     ended_by_constraint: bool,
+    /// Host time in the constraint.
+    constraint_time: std::time::Duration,
 }
 
 impl Seq<'_> {
@@ -296,6 +298,7 @@ impl<'e> Batch<'e> {
             constraint,
             awaiting_selection: false,
             ended_by_constraint: false,
+            constraint_time: std::time::Duration::ZERO,
         });
         Ok(slot_id)
     }
@@ -442,7 +445,10 @@ impl<'e> Batch<'e> {
                 continue;
             }
             q.awaiting_selection = false;
-            let allowed = match q.constraint.as_mut().map(|c| c.next()) {
+            let t0 = Instant::now();
+            let next = q.constraint.as_mut().map(|c| c.next());
+            q.constraint_time += t0.elapsed();
+            let allowed = match next {
                 Some(Ok(a)) => a,
                 Some(Err(e)) => {
                     fail(slot, &EngineError::Constraint(e), done);
@@ -475,7 +481,12 @@ impl<'e> Batch<'e> {
                     .map(|row| logprobs(&row, token, n_probs));
                 if q.ended_by_constraint {
                     Some(StopReason::EndOfGeneration)
-                } else if let Some(Err(e)) = q.constraint.as_mut().map(|c| c.accept(token)) {
+                } else if let Some(Err(e)) = {
+                    let t0 = Instant::now();
+                    let r = q.constraint.as_mut().map(|c| c.accept(token));
+                    q.constraint_time += t0.elapsed();
+                    r
+                } {
                     // The backend chose what the constraint allowed: an
                     // error here is the constraint's own.
                     fail(slot, &EngineError::Constraint(e), done);
@@ -566,6 +577,7 @@ fn finish(slot: &mut Slot<'_>, seq: Seq<'_>, reason: StopReason) -> Generation {
             prompt_ms: (prompt_done - seq.started).as_secs_f64() * 1000.0,
             generated_tokens: tokens.len(),
             generate_ms: (now - prompt_done).as_secs_f64() * 1000.0,
+            constraint_ms: seq.constraint_time.as_secs_f64() * 1000.0,
             stop,
         },
         tokens,

@@ -48,6 +48,10 @@ pub struct GenStats {
     /// From the end of the prefill to the end of the loop (pipelined, that
     /// includes a speculative step discarded after a stop string or cancel).
     pub generate_ms: f64,
+    /// Host time spent in the constraint (masks and accepted tokens); it
+    /// runs while the next pass computes, so it adds to `generate_ms` only
+    /// where it outlasts the pass.
+    pub constraint_ms: f64,
     pub stop: StopReason,
 }
 
