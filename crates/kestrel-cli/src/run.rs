@@ -185,6 +185,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         n_probs: a.n_probs,
         pipelined: !a.no_pipeline,
         swa_full: a.swa_full,
+        constraint: None,
     };
     let device = a.devices.device();
     let opts = BackendOptions {

@@ -9,6 +9,7 @@ use kestrel_engine::{Engine, GenStats, Generation, StopReason, TokenLogprobs};
 use serde_json::{json, Value};
 
 use super::completions::Offsets;
+use super::tools::{ToolStream, ToolUse};
 use super::{anthropic, chat, completions, llama, responses, Api};
 use crate::worker::Loaded;
 
@@ -31,6 +32,13 @@ pub(crate) struct Answer {
     pub prompt: String,
     /// The prompt's length (Anthropic's stream states it first).
     pub n_prompt: usize,
+    /// The chat's tools (its answer carries `tool_calls`), and the stream's
+    /// parser of them.
+    pub tools: Option<ToolUse>,
+    pub tool_stream: Option<ToolStream>,
+    /// Seeds the calls' ids, so that the same request answers with the same
+    /// ids streamed or not.
+    pub seed: u64,
 }
 
 /// OpenAI's `finish_reason` for how a generation stopped.
@@ -159,8 +167,29 @@ impl Answer {
         }
     }
 
-    /// The event for one token, or none when there is nothing to say.
+    /// The events for one token (none when there is nothing to say).
     pub fn stream_token(
+        &self,
+        token: Option<u32>,
+        text: &str,
+        lp: Option<&TokenLogprobs>,
+        offsets: &mut Offsets,
+    ) -> Vec<Value> {
+        if let Some(t) = self.tool_stream.as_ref().filter(|_| self.api == Api::Chat) {
+            // Content and calls as the parser lets them through (logprobs
+            // are not reported beside calls).
+            return t
+                .push(text)
+                .into_iter()
+                .map(|d| chat::delta_chunk(self, d))
+                .collect();
+        }
+        self.stream_event(token, text, lp, offsets)
+            .into_iter()
+            .collect()
+    }
+
+    fn stream_event(
         &self,
         token: Option<u32>,
         text: &str,
@@ -190,7 +219,18 @@ impl Answer {
 
     /// The closing events: finish_reason (with timings), then usage if asked.
     pub fn stream_end(&self, g: &Generation, include_usage: bool) -> Vec<Value> {
-        let reason = finish_reason(g.stats.stop);
+        let mut out = Vec::new();
+        let mut called = false;
+        if let Some(t) = self.tool_stream.as_ref().filter(|_| self.api == Api::Chat) {
+            // What was held back to the end (text that could start a call).
+            out.extend(t.finish().into_iter().map(|d| chat::delta_chunk(self, d)));
+            called = t.called();
+        }
+        let reason = if called {
+            "tool_calls"
+        } else {
+            finish_reason(g.stats.stop)
+        };
         let choice = match self.api {
             Api::Llama => return vec![llama::final_object(self, g)],
             Api::Responses => return responses::stream_end(self, g),
@@ -198,7 +238,6 @@ impl Answer {
             Api::Chat => chat::last_choice(reason),
             Api::Completions => completions::last_choice(reason),
         };
-        let mut out = Vec::new();
         let mut last = self.chunk(json!([choice]));
         last["timings"] = timings(g);
         out.push(last);

@@ -15,6 +15,7 @@ use super::answer::{fingerprint, finish_reason, piece, timings, usage, Answer};
 use super::fields::{parse_object, wrong, Obj};
 use super::generate::generate;
 use super::parse::Source;
+use super::tools::{self, ToolUse};
 use super::{off_async, ok, tokens, Api, AppState};
 use crate::error::ApiError;
 
@@ -28,7 +29,7 @@ pub(crate) async fn apply_template(State(s): AppState, body: Bytes) -> Response 
     off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = parse_object(&body)?;
-        let (prompt, _) = chat_prompt(&l.engine, &o)?;
+        let prompt = chat_prompt(&l.engine, &o)?.text;
         Ok(ok(json!({ "prompt": prompt })))
     })
     .await
@@ -41,21 +42,81 @@ pub(crate) async fn chat_input_tokens(State(s): AppState, body: Bytes) -> Respon
     tokens::input_tokens(s, body, Api::Chat).await
 }
 
-/// A chat request's messages as the model's template writes them, with a
-/// trailing assistant turn continued (llama-server's prefill, returned too).
-pub(crate) fn chat_prompt(engine: &Engine, o: &Obj) -> Result<(String, Option<String>), ApiError> {
+/// A chat prompt: the text, the assistant turn it continues, and the
+/// request's tool use.
+pub(crate) struct ChatPrompt {
+    pub text: String,
+    pub prefill: Option<String>,
+    pub tools: Option<ToolUse>,
+}
+
+/// A chat request's messages as the model's template writes them (with
+/// the request's tools, and the calls and results of earlier turns), with
+/// a trailing assistant turn continued (llama-server's prefill).
+pub(crate) fn chat_prompt(engine: &Engine, o: &Obj) -> Result<ChatPrompt, ApiError> {
     let mut messages = messages(o)?;
     let prefill = take_prefill(&mut messages)?;
-    let mut text = engine
-        .render_chat(&messages)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let tools = tools::tool_use(engine, o)?;
+    let plain = tools.is_none() && messages.iter().all(|m| m.is_plain());
+    let mut text = if plain {
+        let turns: Vec<ChatMessage> = messages.into_iter().map(|m| m.turn).collect();
+        engine
+            .render_chat(&turns)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?
+    } else {
+        tools::render(engine, &messages, tools.as_ref())?
+    };
     text.push_str(prefill.as_deref().unwrap_or(""));
-    Ok((text, prefill))
+    Ok(ChatPrompt {
+        text,
+        prefill,
+        tools,
+    })
+}
+
+/// One message of a conversation: its role and text, and what a
+/// conversation with tools adds (an assistant's calls, a result's call id).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Message {
+    pub turn: ChatMessage,
+    /// An assistant turn's `tool_calls`, as given (checked).
+    pub tool_calls: Vec<Value>,
+    /// A `tool` turn's `tool_call_id`.
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn's function `name`.
+    pub name: Option<String>,
+}
+
+impl Message {
+    /// Renders as a plain `{role, content}` turn.
+    fn is_plain(&self) -> bool {
+        self.tool_calls.is_empty() && self.turn.role != "tool"
+    }
+
+    /// The message as a chat template's `messages` entry takes it
+    /// (Hugging Face's shape: `content` null beside calls without text).
+    pub fn to_json(&self) -> Value {
+        let mut m = json!({"role": self.turn.role, "content": self.turn.content});
+        if !self.tool_calls.is_empty() {
+            if self.turn.content.is_empty() {
+                m["content"] = Value::Null;
+            }
+            m["tool_calls"] = Value::Array(self.tool_calls.clone());
+        }
+        if let Some(id) = &self.tool_call_id {
+            m["tool_call_id"] = json!(id);
+        }
+        if let Some(name) = &self.name {
+            m["name"] = json!(name);
+        }
+        m
+    }
 }
 
 /// The conversation of a chat request: a non-empty array of messages with
-/// known roles and text content (a string or an array of text parts).
-pub(crate) fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
+/// known roles and text content (a string or an array of text parts);
+/// assistant turns may carry `tool_calls`, `tool` turns answer one.
+pub(crate) fn messages(o: &Obj) -> Result<Vec<Message>, ApiError> {
     let v = o
         .get("messages")
         .ok_or_else(|| ApiError::bad_request("'messages' is required"))?;
@@ -81,26 +142,22 @@ pub(crate) fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
                 }
             };
             let role = match role {
-                "system" | "user" | "assistant" => role,
+                "system" | "user" | "assistant" | "tool" => role,
                 // OpenAI's newer name for system instructions.
                 "developer" => "system",
                 other => {
                     return Err(ApiError::bad_request(format!(
-                        "messages[{i}]: unknown role {other:?} (expected system, developer, user or assistant)"
+                        "messages[{i}]: unknown role {other:?} (expected system, developer, user, assistant or tool)"
                     )))
                 }
             };
-            // A conversation that used tools cannot be rendered faithfully
-            // without them (see `check_unsupported`).
-            if m.get("tool_calls").is_some_and(|t| !t.is_null() && t != &Value::Array(vec![])) {
-                return Err(ApiError::bad_request(format!(
-                    "messages[{i}].tool_calls: tool calls are not supported yet"
-                )));
-            }
+            let tool_calls = tools::message_calls(&format!("messages[{i}]"), role, m)?;
+            let (tool_call_id, name) = tools::result_of(&format!("messages[{i}]"), role, m)?;
             let content = match m.get("content") {
                 Some(Value::String(s)) => s.clone(),
                 // OpenAI's assistant turns may carry null (llama-server reads "").
                 Some(Value::Null) => String::new(),
+                None if !tool_calls.is_empty() => String::new(),
                 Some(Value::Array(parts)) => {
                     let mut text = String::new();
                     for (j, p) in parts.iter().enumerate() {
@@ -152,9 +209,14 @@ pub(crate) fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
                     )))
                 }
             };
-            Ok(ChatMessage {
-                role: role.to_owned(),
-                content,
+            Ok(Message {
+                turn: ChatMessage {
+                    role: role.to_owned(),
+                    content,
+                },
+                tool_calls,
+                tool_call_id,
+                name,
             })
         })
         .collect()
@@ -165,29 +227,43 @@ pub(crate) fn messages(o: &Obj) -> Result<Vec<ChatMessage>, ApiError> {
 /// here, the rest is rendered with the assistant's opening, and its text
 /// follows; the answer's content then starts with it. Two assistant turns
 /// at the end are a 400, as llama-server's.
-pub(crate) fn take_prefill(messages: &mut Vec<ChatMessage>) -> Result<Option<String>, ApiError> {
+pub(crate) fn take_prefill(messages: &mut Vec<Message>) -> Result<Option<String>, ApiError> {
     let n = messages.len();
-    if messages.last().is_none_or(|m| m.role != "assistant") {
+    // An assistant turn that called tools is history, not a prefill.
+    if messages
+        .last()
+        .is_none_or(|m| m.turn.role != "assistant" || !m.tool_calls.is_empty())
+    {
         return Ok(None);
     }
-    if n >= 2 && messages[n - 2].role == "assistant" {
+    if n >= 2 && messages[n - 2].turn.role == "assistant" && messages[n - 2].tool_calls.is_empty() {
         return Err(ApiError::bad_request(
             "messages: two or more assistant turns at the end (only the last may be continued)",
         ));
     }
-    Ok(messages.pop().map(|m| m.content))
+    Ok(messages.pop().map(|m| m.turn.content))
 }
 
 /// The non-streamed answer.
 pub(super) fn full(a: &Answer, g: &Generation, logprobs: Value) -> Value {
+    let text = format!("{}{}", a.prefill, g.text);
+    let (message, called) = match &a.tools {
+        Some(t) => tools::message(t, &text, a.seed),
+        None => (json!({"role": "assistant", "content": text}), false),
+    };
+    let reason = if called {
+        "tool_calls"
+    } else {
+        finish_reason(g.stats.stop)
+    };
     json!({
         "id": a.id, "object": "chat.completion", "created": a.created,
         "model": a.model, "system_fingerprint": fingerprint(),
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": format!("{}{}", a.prefill, g.text)},
+            "message": message,
             "logprobs": logprobs,
-            "finish_reason": finish_reason(g.stats.stop),
+            "finish_reason": reason,
         }],
         "usage": usage(g), "timings": timings(g),
     })
@@ -208,6 +284,13 @@ pub(super) fn stream_token(a: &Answer, text: &str, logprobs: Value) -> Value {
     a.chunk(json!([{
         "index": 0, "delta": {"content": text},
         "logprobs": logprobs, "finish_reason": null,
+    }]))
+}
+
+/// A chunk of one delta (content or tool calls).
+pub(super) fn delta_chunk(a: &Answer, delta: Value) -> Value {
+    a.chunk(json!([{
+        "index": 0, "delta": delta, "logprobs": null, "finish_reason": null,
     }]))
 }
 
@@ -251,21 +334,24 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},
         ]}));
         let m = messages(&o).unwrap();
-        assert_eq!(m[0].role, "system");
-        assert_eq!(m[1].content, "Hel\nlo");
+        assert_eq!(m[0].turn.role, "system");
+        assert_eq!(m[1].turn.content, "Hel\nlo");
         let o = obj(json!({"messages": [
             {"role": "user", "content": "Hi", "name": "bob"},
             {"role": "assistant", "content": null, "tool_calls": []},
         ]}));
-        assert_eq!(messages(&o).unwrap()[1].content, "");
+        assert_eq!(messages(&o).unwrap()[1].turn.content, "");
         let calls = json!({"messages": [{"role": "assistant", "content": null,
-            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]});
-        let e = messages(&obj(calls)).unwrap_err();
-        assert!(e.message.contains("tool_calls"), "{}", e.message);
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"}]});
+        let m = messages(&obj(calls)).unwrap();
+        assert_eq!(m[0].tool_calls.len(), 1);
+        assert_eq!(m[1].tool_call_id.as_deref(), Some("c1"));
         for bad in [
             json!({"messages": [{"role": "user"}]}),
             json!({"messages": []}),
-            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            json!({"messages": [{"role": "assistant", "tool_calls": [{"type": "function"}]}]}),
+            json!({"messages": [{"role": "assistant", "tool_calls": "x"}]}),
             json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
             json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
             json!({"messages": [{"role": 1, "content": "x"}]}),

@@ -12,6 +12,7 @@ use super::answer::Answer;
 use super::llama::generation_settings;
 use super::parse::{parse, Source};
 use super::sse::sse;
+use super::tools::ToolStream;
 use super::{model_name, off_async, ok, unix_time, Api};
 use crate::error::ApiError;
 use crate::worker::{Event, Shared};
@@ -57,6 +58,13 @@ async fn answer(
         settings: generation_settings(&p.params, p.stream),
         prompt: req.prompt,
         n_prompt,
+        tool_stream: req
+            .tools
+            .as_ref()
+            .filter(|_| p.stream)
+            .map(|t| ToolStream::new(t, p.params.sampler.seed)),
+        tools: req.tools,
+        seed: p.params.sampler.seed,
     };
     if p.stream {
         Ok(sse(rx, answer, p.include_usage))

@@ -58,6 +58,24 @@ fn model_card(s: &Shared) -> Value {
         "created": unix_time(),
         "owned_by": "kestrel",
         "meta": meta,
+        "capabilities": ["completion", "chat", "structured_output", "tools"],
+    })
+}
+
+/// What a request may constrain its output with, and how the model's tool
+/// calls are written (its template's family, or the generic JSON form).
+fn structured_output(s: &Shared) -> Value {
+    let family = s.loaded().ok().map(|l| {
+        let source = l.engine.template.as_ref().map_or("", |t| t.source());
+        format!("{:?}", kestrel_tools::Family::detect(source)).to_lowercase()
+    });
+    json!({
+        "response_format": ["text", "json_object", "json_schema"],
+        "json_schema": true,
+        "grammar": "gbnf",
+        "tools": true,
+        "tool_choice": ["auto", "none", "required", "function"],
+        "tool_call_format": family,
     })
 }
 
@@ -107,6 +125,7 @@ pub(crate) async fn props(State(s): AppState) -> Response {
         "endpoint_metrics": s.config.metrics,
         "modalities": {"vision": false, "audio": false},
         "max_body_bytes": crate::MAX_BODY,
+        "structured_output": structured_output(&s),
         "build_info": fingerprint(),
     }))
 }

@@ -6,7 +6,8 @@
 //! ([`generate`]) from an [`answer::Answer`], whole or as server-sent events
 //! ([`sse`]). The server's own information is in [`info`], token counting
 //! in [`tokens`]; request fields are read by [`fields`], [`params`],
-//! [`samplers`] and [`prompt`].
+//! [`samplers`], [`structured`] (output constraints), [`tools`] and
+//! [`prompt`].
 
 mod answer;
 mod anthropic;
@@ -22,7 +23,9 @@ mod prompt;
 mod responses;
 mod samplers;
 mod sse;
+mod structured;
 mod tokens;
+mod tools;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

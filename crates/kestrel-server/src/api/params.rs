@@ -1,7 +1,7 @@
 //! A generation request's settings beyond its prompt, built the same way
 //! for every dialect: the sampler's parameters, the token limit, stop
-//! strings, logit bias, logprobs, streaming; and the features not supported
-//! yet, each refused with a 400 that says so.
+//! strings, logit bias, logprobs, streaming, the output constraint; and the
+//! features not supported yet, each refused with a 400 that says so.
 
 use kestrel_engine::{Engine, GenerateParams};
 use kestrel_sampling::check::{self, Bounds};
@@ -126,40 +126,8 @@ pub(crate) fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
             }
         }
     }
-    if let Some(rf) = field(o, "response_format") {
-        let rf = rf
-            .as_object()
-            .ok_or_else(|| wrong("response_format", "an object", rf))?;
-        let t = match rf.get("type") {
-            Some(Value::String(t)) => t.as_str(),
-            Some(v) => return Err(wrong("response_format.type", "a string", v)),
-            None => return Err(ApiError::bad_request(
-                "'response_format' needs a 'type' (\"text\", \"json_object\" or \"json_schema\")",
-            )),
-        };
-        match t {
-            "text" => {}
-            "json_object" | "json_schema" => {
-                return Err(ApiError::bad_request(format!(
-                    "response_format '{t}' is not supported yet"
-                )))
-            }
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown response_format type {other:?}"
-                )))
-            }
-        }
-    }
-    for name in ["tools", "functions"] {
-        if let Some(v) = field(o, name) {
-            if v.as_array().is_none_or(|a| !a.is_empty()) {
-                return Err(ApiError::bad_request(format!(
-                    "'{name}' (tool calling) is not supported yet"
-                )));
-            }
-        }
-    }
+    // (`response_format`, `json_schema`, `grammar`: structured.rs; tools:
+    // the chat's own file.)
     // Legacy completions' echo (the prompt, with its logprobs, leading the
     // text), best_of and suffix (insertion) change what the answer holds: a
     // client that sent them (lm-eval's loglikelihood sends echo) would read
@@ -181,13 +149,6 @@ pub(crate) fn check_unsupported(o: &Obj) -> Result<(), ApiError> {
         return Err(ApiError::bad_request(
             "'suffix' (insertion) is not supported yet",
         ));
-    }
-    for name in ["json_schema", "grammar"] {
-        if field(o, name).is_some() {
-            return Err(ApiError::bad_request(format!(
-                "'{name}' is not supported yet"
-            )));
-        }
     }
     Ok(())
 }
@@ -273,6 +234,8 @@ pub(crate) fn settings(
         pipelined: true,
         // The slots' caches are set up once, for the server (`--swa-full`).
         swa_full: false,
+        // Set by `parse` (structured output, tools).
+        constraint: None,
     };
     Ok(Settings {
         params,
@@ -406,20 +369,6 @@ mod tests {
         for (v, want) in [
             (json!({"n": 3}), "'n' must be 1"),
             (json!({"n_cmpl": 2}), "'n_cmpl' must be 1"),
-            (
-                json!({"response_format": {"type": "json_schema"}}),
-                "not supported yet",
-            ),
-            (
-                json!({"tools": [{"type": "function"}]}),
-                "not supported yet",
-            ),
-            (json!({"grammar": "root ::= x"}), "not supported yet"),
-            (
-                json!({"response_format": {"type": 1}}),
-                "'response_format.type' must be a string",
-            ),
-            (json!({"response_format": {}}), "needs a 'type'"),
             (json!({"echo": true}), "'echo'"),
             (json!({"best_of": 2}), "'best_of' must be 1"),
             (json!({"suffix": "}"}), "'suffix'"),
@@ -427,8 +376,7 @@ mod tests {
             let e = check_unsupported(&obj(v)).unwrap_err();
             assert!(e.message.contains(want), "{}", e.message);
         }
-        let fine = json!({"n": 1, "tools": [], "response_format": {"type": "text"},
-            "echo": false, "best_of": 1, "suffix": ""});
+        let fine = json!({"n": 1, "echo": false, "best_of": 1, "suffix": ""});
         assert!(check_unsupported(&obj(fine)).is_ok());
     }
 

@@ -6,7 +6,8 @@
 
 use super::fields::{parse_object, Obj};
 use super::params::{settings, Settings};
-use super::{anthropic, chat, llama, prompt, responses, Api};
+use super::tools::{self, ToolUse};
+use super::{anthropic, chat, llama, prompt, responses, structured, Api};
 use crate::error::ApiError;
 use crate::worker::Loaded;
 
@@ -30,6 +31,8 @@ pub(crate) struct GenRequest {
     pub prefill: String,
     /// The prompt as llama-server shows it (`/completion`), else "".
     pub prompt: String,
+    /// The chat's tools, when it declares any.
+    pub tools: Option<ToolUse>,
 }
 
 /// Reads a generation request to `api` from `body`, for the model `l`
@@ -43,6 +46,7 @@ pub(crate) fn parse(
     server_n_predict: i64,
 ) -> Result<GenRequest, ApiError> {
     let o = parse_request(body, api)?;
+    let mut tool_use = None;
     let (tokens, prefill) = match (source, api) {
         (Source::Infill, _) => {
             let tokens = llama::infill_tokens(
@@ -55,9 +59,10 @@ pub(crate) fn parse(
             (tokens, None)
         }
         (_, Api::Chat | Api::Responses | Api::Messages) => {
-            let (text, prefill) = chat::chat_prompt(&l.engine, &o)?;
-            let tokens = prompt::tokenize_within(&l.engine, &text, l.n_ctx)?;
-            (tokens, prefill)
+            let chat = chat::chat_prompt(&l.engine, &o)?;
+            tool_use = chat.tools;
+            let tokens = prompt::tokenize_within(&l.engine, &chat.text, l.n_ctx)?;
+            (tokens, chat.prefill)
         }
         (_, Api::Completions | Api::Llama) => {
             (prompt::prompt_tokens(&o, &l.engine, l.n_ctx)?, None)
@@ -68,13 +73,26 @@ pub(crate) fn parse(
         Api::Llama => l.engine.tokenizer.decode(&tokens, true),
         _ => String::new(),
     };
-    let settings = settings(&o, api, &l.engine, l.n_ctx, server_n_predict)?;
+    let mut settings = settings(&o, api, &l.engine, l.n_ctx, server_n_predict)?;
     prompt::check_prompt_len(&tokens, l.n_ctx)?;
+    let format = structured::requested(&o)?;
+    let calls = match &tool_use {
+        Some(t) => tools::constraint(&l.engine, t)?,
+        None => None,
+    };
+    settings.params.constraint = match (format, calls) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_request(
+            "a request may constrain its output with 'tools' or with 'response_format', not both",
+        )),
+        (Some((spec, what)), None) => Some(structured::compile(&l.engine, &spec, what, &[])?),
+        (None, calls) => calls,
+    };
     Ok(GenRequest {
         tokens,
         settings,
         prefill: prefill.unwrap_or_default(),
         prompt: shown,
+        tools: tool_use,
     })
 }
 

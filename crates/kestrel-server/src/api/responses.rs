@@ -265,7 +265,7 @@ mod tests {
         );
         // Text parts join as a chat's do.
         let m = messages(&chat).unwrap();
-        assert_eq!(m[3].content, "a\nb");
+        assert_eq!(m[3].turn.content, "a\nb");
         let plain = responses_request(&obj(json!({"input": "Hi"}))).unwrap();
         assert_eq!(
             plain["messages"],

@@ -84,12 +84,11 @@ pub(crate) fn sse(rx: UnboundedReceiver<Event>, answer: Answer, include_usage: b
             st.started = true;
             out.extend(st.answer.stream_start());
             // The continued assistant turn comes first, as its own delta.
-            if let Some(v) = st
-                .answer
-                .stream_token(None, &st.answer.prefill, None, &mut st.offsets)
-            {
-                out.push(v);
-            }
+            let prefill = st.answer.prefill.clone();
+            out.extend(
+                st.answer
+                    .stream_token(None, &prefill, None, &mut st.offsets),
+            );
         }
         // Each body chunk carries at least one event (or ends the stream).
         while out.is_empty() {
@@ -99,12 +98,12 @@ pub(crate) fn sse(rx: UnboundedReceiver<Event>, answer: Answer, include_usage: b
                     text,
                     logprobs,
                 }) => {
-                    if let Some(v) =
-                        st.answer
-                            .stream_token(token, &text, logprobs.as_ref(), &mut st.offsets)
-                    {
-                        out.push(v);
-                    }
+                    out.extend(st.answer.stream_token(
+                        token,
+                        &text,
+                        logprobs.as_ref(),
+                        &mut st.offsets,
+                    ));
                 }
                 // Cut short by a shutdown (a client that left reads nothing).
                 Some(Event::Done(Ok(g))) if g.stats.stop == StopReason::Cancelled => {

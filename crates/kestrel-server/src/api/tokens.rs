@@ -24,7 +24,7 @@ pub(crate) async fn input_tokens(s: Arc<Shared>, body: Bytes, api: Api) -> Respo
     off_async(s.prepare.clone(), body.len(), move || {
         let l = s.loaded()?;
         let o = parse_request(&body, api)?;
-        let (prompt, _) = chat_prompt(&l.engine, &o)?;
+        let prompt = chat_prompt(&l.engine, &o)?.text;
         let n = l.engine.tokenize_prompt(&prompt).len();
         Ok(ok(match api {
             Api::Messages => json!({ "input_tokens": n }),
