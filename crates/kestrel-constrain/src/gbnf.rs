@@ -192,6 +192,7 @@ impl Parser {
                     seq.push(Item::Literal(s));
                 }
                 '[' => {
+                    let at = self.pos;
                     self.pos += 1;
                     let negated = self.peek() == Some('^');
                     if negated {
@@ -218,7 +219,11 @@ impl Parser {
                         ranges.push((lo, hi));
                     }
                     self.pos += 1;
-                    seq.push(Item::Class(ranges, negated));
+                    let ranges = scalar_ranges(&ranges, negated);
+                    if ranges.is_empty() {
+                        return Err(self.error(at, "this character class matches no character"));
+                    }
+                    seq.push(Item::Class(ranges, false));
                 }
                 '.' => {
                     self.pos += 1;
@@ -462,6 +467,48 @@ fn emit_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// The Unicode scalar values a class matches, as sorted disjoint ranges
+/// (its complement among them when `negated`): llguidance's regexes then
+/// never see a negated class, and a class that matches nothing is found
+/// while parsing.
+fn scalar_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(u32, u32)> {
+    const SCALARS: [(u32, u32); 2] = [(0, 0xD7FF), (0xE000, 0x10FFFF)];
+    let mut given: Vec<(u32, u32)> = Vec::new();
+    for &(lo, hi) in ranges {
+        for (a, b) in SCALARS {
+            let (lo, hi) = (lo.max(a), hi.min(b));
+            if lo <= hi {
+                given.push((lo, hi));
+            }
+        }
+    }
+    given.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::new();
+    for (lo, hi) in given {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    if !negated {
+        return merged;
+    }
+    let mut out = Vec::new();
+    for (a, b) in SCALARS {
+        let mut next = a;
+        for &(lo, hi) in merged.iter().filter(|r| r.1 >= a && r.0 <= b) {
+            if lo > next {
+                out.push((next, lo - 1));
+            }
+            next = next.max(hi.saturating_add(1));
+        }
+        if next <= b {
+            out.push((next, b));
+        }
+    }
+    out
+}
+
 /// A one-character regex terminal. Ranges are clipped to Unicode scalar
 /// values (surrogates match no UTF-8 text), and every character is written
 /// as `\x{..}` so nothing in it is regex or Lark syntax.
@@ -492,4 +539,26 @@ fn emit_class(ranges: &[(u32, u32)], negated: bool, out: &mut String) {
         }
     }
     out.push_str("]/");
+}
+
+#[cfg(test)]
+mod class_tests {
+    use super::scalar_ranges;
+
+    #[test]
+    fn classes_become_positive_scalar_ranges() {
+        assert_eq!(
+            scalar_ranges(&[(0x61, 0x7A), (0x41, 0x5A)], false),
+            vec![(0x41, 0x5A), (0x61, 0x7A)]
+        );
+        assert_eq!(
+            scalar_ranges(&[(0x22, 0x22), (0x5C, 0x5C)], true),
+            vec![(0, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]
+        );
+        assert_eq!(scalar_ranges(&[(0, 0x10FFFF)], true), vec![]);
+        assert_eq!(
+            scalar_ranges(&[(0xD000, 0xE0FF)], false),
+            vec![(0xD000, 0xD7FF), (0xE000, 0xE0FF)]
+        );
+    }
 }
