@@ -26,9 +26,15 @@ const API_KEY: &str = "kestrel-openai-client-test";
 /// The whole script takes well under a minute; this only ends a hang.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
 
-fn model() -> PathBuf {
+const TOOLS_SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/openai/test_openai_tools.py"
+);
+
+fn model(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        .join("../../models")
+        .join(name);
     assert!(
         p.exists(),
         "{} is missing: run scripts/fetch-models.sh",
@@ -51,7 +57,7 @@ fn pinned(package: &str) -> String {
 /// Fails, naming the install command, when python3 or a package the script
 /// uses (openai, and anthropic for the Messages API) is missing.
 fn require_packages() {
-    for package in ["openai", "anthropic"] {
+    for package in ["openai", "anthropic", "jsonschema"] {
         let pin = pinned(package);
         let install = format!("python3 -m pip install '{pin}' (scripts/test.sh installs it)");
         let out = Command::new("python3")
@@ -119,8 +125,8 @@ fn get_status(port: u16, path: &str) -> Option<u16> {
     reply.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Starts `kestrel serve` with an API key and waits for /health 200.
-fn start() -> Server {
+/// Starts `kestrel serve` on `model` with an API key and waits for /health 200.
+fn start(model: PathBuf, ctx: &str) -> Server {
     let port = free_port();
     let log = std::env::temp_dir().join(format!(
         "kestrel-openai-client-{}-{port}.log",
@@ -128,9 +134,9 @@ fn start() -> Server {
     ));
     let child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
         .args(["serve", "-m"])
-        .arg(model())
+        .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-t", "2", "-c", "512", "--api-key", API_KEY])
+        .args(["-t", "2", "-c", ctx, "--api-key", API_KEY])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(&log).expect("creating the server log"))
@@ -167,9 +173,26 @@ fn drain(r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
 #[test]
 fn openai_python_client() {
     require_packages();
-    let server = start();
+    let server = start(model("SmolLM2-135M-Instruct.Q4_1.gguf"), "512");
+    run_script(&server, SCRIPT, &[]);
+}
+
+/// Tool calls with the package against Qwen2.5-Coder (a template with tool
+/// support): 50 seeds of `tool_choice: "required"`, streamed vs whole,
+/// `auto`, a second turn.
+#[test]
+fn openai_python_client_tool_calls() {
+    require_packages();
+    let server = start(model("qwen2.5-coder-0.5b-q4_k_m.gguf"), "2048");
+    run_script(&server, TOOLS_SCRIPT, &["--seeds", "50"]);
+}
+
+/// Runs a client script against `server`; fails with its output and the
+/// server's log unless it exits 0.
+fn run_script(server: &Server, script: &str, extra: &[&str]) {
     let mut py = Command::new("python3")
-        .arg(SCRIPT)
+        .arg(script)
+        .args(extra)
         .args([
             "--base-url",
             &format!("http://127.0.0.1:{}/v1", server.port),
@@ -198,8 +221,8 @@ fn openai_python_client() {
     println!("{stdout}{stderr}");
     let what = match status {
         Some(s) if s.success() => return,
-        Some(s) => format!("{SCRIPT} failed ({s})"),
-        None => format!("{SCRIPT} ran past {SCRIPT_LIMIT:?} and was killed"),
+        Some(s) => format!("{script} failed ({s})"),
+        None => format!("{script} ran past {SCRIPT_LIMIT:?} and was killed"),
     };
     panic!(
         "{what}:\n{stdout}{stderr}\n--- server log ---\n{}",
