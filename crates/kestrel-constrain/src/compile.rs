@@ -53,9 +53,10 @@ pub struct Grammar {
     vocab: Arc<Vocabulary>,
 }
 
-/// The limits compiling and masking run under. llguidance's defaults, with
-/// a smaller grammar (a 1 MiB schema fits) and a smaller per-mask budget so
-/// that one hostile constraint cannot hold up a decode step for long.
+/// The limits compiling and masking run under: llguidance's defaults, whose
+/// fuel bounds bound both a compile and each mask (an explosive lexer runs
+/// out of fuel and fails instead of stalling); errors without llguidance's
+/// grammar dump, which can be as large as the input.
 fn limits() -> ParserLimits {
     ParserLimits {
         verbose_errors: false,
