@@ -48,6 +48,7 @@ fn main() {
     let eog = vocab.eog_ids();
     let mut rng = 0x1234_5678_9abc_def0u64;
     let (mut total, mut worst, mut n) = (Duration::ZERO, Duration::ZERO, 0u32);
+    let (mut open_total, mut open_n) = (Duration::ZERO, 0u32);
     for round in 0..5 {
         let mut m = g.matcher();
         for _ in 0..200 {
@@ -61,6 +62,8 @@ fn main() {
                 Next::End => break,
                 Next::Forced(t) => t,
                 Next::Allowed(mask) => {
+                    open_total += dt;
+                    open_n += 1;
                     let ok: Vec<u32> = mask
                         .iter()
                         .filter(|t| {
@@ -84,4 +87,8 @@ fn main() {
         }
     }
     println!("masks: {n}, mean {:?}, worst {:?}", total / n, worst);
+    println!(
+        "of which {open_n} with more than one token allowed: mean {:?}",
+        open_total / open_n.max(1)
+    );
 }

@@ -13,6 +13,15 @@ use crate::{gbnf, ConstraintError, Matcher, Vocabulary};
 /// The most bytes of schema or grammar text a request may send.
 pub const MAX_SPEC_BYTES: usize = 1 << 20;
 
+/// The deepest a JSON schema may nest (arrays and objects). Compiling is
+/// recursive, and a deeper schema is a denial of service, not a use case;
+/// serde_json's parser stops at 128 anyway.
+pub const MAX_SCHEMA_DEPTH: usize = 100;
+
+/// Compiling runs on its own thread with this much stack: llguidance's
+/// schema and grammar compilers recurse over the input's structure.
+const COMPILE_STACK_BYTES: usize = 64 << 20;
+
 /// A request's output constraint.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Spec {
@@ -44,9 +53,10 @@ pub struct Grammar {
     vocab: Arc<Vocabulary>,
 }
 
-/// The limits compiling and masking run under. llguidance's defaults, with
-/// a smaller grammar (a 1 MiB schema fits) and a smaller per-mask budget so
-/// that one hostile constraint cannot hold up a decode step for long.
+/// The limits compiling and masking run under: llguidance's defaults, whose
+/// fuel bounds bound both a compile and each mask (an explosive lexer runs
+/// out of fuel and fails instead of stalling); errors without llguidance's
+/// grammar dump, which can be as large as the input.
 fn limits() -> ParserLimits {
     ParserLimits {
         verbose_errors: false,
@@ -74,6 +84,21 @@ impl Compiler {
     /// Compiles `spec`; fails on bad syntax, unsupported features, limits,
     /// or a constraint that no output satisfies.
     pub fn compile(&self, spec: &Spec) -> Result<Grammar, ConstraintError> {
+        std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("constrain-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, || self.compile_here(spec))
+                .map_err(|e| ConstraintError::TooComplex(format!("no compile thread: {e}")))?;
+            worker.join().unwrap_or_else(|_| {
+                Err(ConstraintError::Grammar(
+                    "internal error in the grammar compiler".into(),
+                ))
+            })
+        })
+    }
+
+    fn compile_here(&self, spec: &Spec) -> Result<Grammar, ConstraintError> {
         let top = top_level(spec)?;
         let err = |e: String| classify(spec, e);
         let mut parser = self
@@ -89,7 +114,8 @@ impl Compiler {
             vocab: self.vocab.clone(),
         };
         // The first mask: also warms the shared lexer for the matchers.
-        let mut probe = grammar.inner_matcher();
+        let mut probe = grammar.parser.clone();
+        probe.start_without_prompt();
         match probe.compute_mask() {
             Ok(m) if !m.is_zero() => Ok(grammar),
             Ok(_) => Err(ConstraintError::AcceptsNothing),
@@ -128,9 +154,29 @@ fn check_size(what: &'static str, size: usize) -> Result<(), ConstraintError> {
     Ok(())
 }
 
+/// Fails on a schema nested deeper than [`MAX_SCHEMA_DEPTH`], without
+/// recursing itself.
+fn check_depth(schema: &Value) -> Result<(), ConstraintError> {
+    let mut todo = vec![(schema, 1usize)];
+    while let Some((v, depth)) = todo.pop() {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(ConstraintError::TooComplex(format!(
+                "the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
+            )));
+        }
+        match v {
+            Value::Array(items) => todo.extend(items.iter().map(|i| (i, depth + 1))),
+            Value::Object(map) => todo.extend(map.values().map(|i| (i, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn top_level(spec: &Spec) -> Result<TopLevelGrammar, ConstraintError> {
     Ok(match spec {
         Spec::JsonSchema(schema) => {
+            check_depth(schema)?;
             let size = serde_json::to_vec(schema).map_or(usize::MAX, |v| v.len());
             check_size("the JSON schema", size)?;
             TopLevelGrammar::from_json_schema(schema.clone())
@@ -156,7 +202,14 @@ fn top_level(spec: &Spec) -> Result<TopLevelGrammar, ConstraintError> {
 /// llguidance reports limits as plain errors; those become
 /// [`ConstraintError::TooComplex`], the rest name the kind of spec.
 fn classify(spec: &Spec, msg: String) -> ConstraintError {
-    const LIMIT_WORDS: &[&str] = &["fuel", "too many", "too large", "limit", "exceeded"];
+    const LIMIT_WORDS: &[&str] = &[
+        "fuel",
+        "too many",
+        "too large",
+        "too deeply",
+        "limit",
+        "exceeded",
+    ];
     if LIMIT_WORDS.iter().any(|w| msg.contains(w)) {
         return ConstraintError::TooComplex(msg);
     }

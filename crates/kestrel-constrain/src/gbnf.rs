@@ -35,9 +35,14 @@ struct Rule {
     body: Option<Alternates>,
 }
 
+/// The deepest parentheses may nest (llguidance's Lark parser refuses
+/// deeper nesting anyway; this one recurses too).
+const MAX_NESTING: usize = 24;
+
 struct Parser {
     src: Vec<char>,
     pos: usize,
+    depth: usize,
     rules: Vec<Rule>,
     by_name: HashMap<String, usize>,
 }
@@ -48,6 +53,7 @@ pub fn to_lark(gbnf: &str) -> Result<String, ConstraintError> {
     let mut p = Parser {
         src: gbnf.chars().collect(),
         pos: 0,
+        depth: 0,
         rules: Vec::new(),
         by_name: HashMap::new(),
     };
@@ -192,7 +198,6 @@ impl Parser {
                     seq.push(Item::Literal(s));
                 }
                 '[' => {
-                    let at = self.pos;
                     self.pos += 1;
                     let negated = self.peek() == Some('^');
                     if negated {
@@ -219,20 +224,23 @@ impl Parser {
                         ranges.push((lo, hi));
                     }
                     self.pos += 1;
-                    let ranges = scalar_ranges(&ranges, negated);
-                    if ranges.is_empty() {
-                        return Err(self.error(at, "this character class matches no character"));
-                    }
-                    seq.push(Item::Class(ranges, false));
+                    seq.push(Item::Class(ranges, negated));
                 }
                 '.' => {
                     self.pos += 1;
                     seq.push(Item::Any);
                 }
                 '(' => {
+                    if self.depth == MAX_NESTING {
+                        return Err(
+                            self.error(at, format!("parentheses nest deeper than {MAX_NESTING}"))
+                        );
+                    }
                     self.pos += 1;
                     self.skip_space(true);
+                    self.depth += 1;
                     let alts = self.parse_alternates(true)?;
+                    self.depth -= 1;
                     if self.peek() != Some(')') {
                         return Err(self.error(self.pos, "expecting ')'"));
                     }
@@ -467,98 +475,53 @@ fn emit_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
-/// The Unicode scalar values a class matches, as sorted disjoint ranges
-/// (its complement among them when `negated`): llguidance's regexes then
-/// never see a negated class, and a class that matches nothing is found
-/// while parsing.
-fn scalar_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(u32, u32)> {
+/// A one-character regex terminal, written as a positive class of Unicode
+/// scalar values: llguidance's negated classes also admit the UTF-8 lead
+/// bytes of surrogates, which are no text, so `[^...]` is complemented here.
+/// Every character is written as `\x{..}`, so nothing in it is regex or
+/// Lark syntax.
+fn emit_class(ranges: &[(u32, u32)], negated: bool, out: &mut String) {
     const SCALARS: [(u32, u32); 2] = [(0, 0xD7FF), (0xE000, 0x10FFFF)];
-    let mut given: Vec<(u32, u32)> = Vec::new();
-    for &(lo, hi) in ranges {
-        for (a, b) in SCALARS {
-            let (lo, hi) = (lo.max(a), hi.min(b));
-            if lo <= hi {
-                given.push((lo, hi));
-            }
-        }
-    }
-    given.sort_unstable();
-    let mut merged: Vec<(u32, u32)> = Vec::new();
-    for (lo, hi) in given {
+    let mut set: Vec<(u32, u32)> = ranges
+        .iter()
+        .flat_map(|&(lo, hi)| SCALARS.map(|(a, b)| (lo.max(a), hi.min(b))))
+        .filter(|&(lo, hi)| lo <= hi)
+        .collect();
+    set.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::with_capacity(set.len());
+    for (lo, hi) in set {
         match merged.last_mut() {
             Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
             _ => merged.push((lo, hi)),
         }
     }
-    if !negated {
-        return merged;
-    }
-    let mut out = Vec::new();
-    for (a, b) in SCALARS {
-        let mut next = a;
-        for &(lo, hi) in merged.iter().filter(|r| r.1 >= a && r.0 <= b) {
-            if lo > next {
-                out.push((next, lo - 1));
-            }
-            next = next.max(hi.saturating_add(1));
-        }
-        if next <= b {
-            out.push((next, b));
-        }
-    }
-    out
-}
-
-/// A one-character regex terminal. Ranges are clipped to Unicode scalar
-/// values (surrogates match no UTF-8 text), and every character is written
-/// as `\x{..}` so nothing in it is regex or Lark syntax.
-fn emit_class(ranges: &[(u32, u32)], negated: bool, out: &mut String) {
-    let mut parts = Vec::new();
-    for &(lo, hi) in ranges {
-        let hi = hi.min(0x10FFFF);
-        for (a, b) in [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)] {
-            if a <= b {
-                parts.push((a, b));
-            }
-        }
-    }
-    // An empty class: `[]` matches nothing and `[^]` everything.
-    let (parts, negated) = if parts.is_empty() {
-        (vec![(0, 0x10FFFF)], !negated)
-    } else {
-        (parts, negated)
-    };
-    out.push_str("/[");
     if negated {
-        out.push('^');
+        let mut complement = Vec::new();
+        for (a, b) in SCALARS {
+            let mut next = a;
+            for &(lo, hi) in merged.iter().filter(|&&(lo, hi)| hi >= a && lo <= b) {
+                if lo > next {
+                    complement.push((next, lo - 1));
+                }
+                next = next.max(hi.saturating_add(1));
+            }
+            if next <= b {
+                complement.push((next, b));
+            }
+        }
+        merged = complement;
     }
-    for (a, b) in parts {
+    if merged.is_empty() {
+        // Nothing: a class regex-syntax accepts and that no text matches.
+        out.push_str("/[^\\x{0}-\\x{10FFFF}]/");
+        return;
+    }
+    out.push_str("/[");
+    for (a, b) in merged {
         let _ = write!(out, "\\x{{{a:X}}}");
         if b != a {
             let _ = write!(out, "-\\x{{{b:X}}}");
         }
     }
     out.push_str("]/");
-}
-
-#[cfg(test)]
-mod class_tests {
-    use super::scalar_ranges;
-
-    #[test]
-    fn classes_become_positive_scalar_ranges() {
-        assert_eq!(
-            scalar_ranges(&[(0x61, 0x7A), (0x41, 0x5A)], false),
-            vec![(0x41, 0x5A), (0x61, 0x7A)]
-        );
-        assert_eq!(
-            scalar_ranges(&[(0x22, 0x22), (0x5C, 0x5C)], true),
-            vec![(0, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]
-        );
-        assert_eq!(scalar_ranges(&[(0, 0x10FFFF)], true), vec![]);
-        assert_eq!(
-            scalar_ranges(&[(0xD000, 0xE0FF)], false),
-            vec![(0xD000, 0xD7FF), (0xE000, 0xE0FF)]
-        );
-    }
 }

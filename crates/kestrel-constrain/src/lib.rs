@@ -21,7 +21,7 @@ mod mask;
 mod matcher;
 mod vocab;
 
-pub use compile::{Compiler, Grammar, Spec, MAX_SPEC_BYTES};
+pub use compile::{Compiler, Grammar, Spec, MAX_SCHEMA_DEPTH, MAX_SPEC_BYTES};
 pub use error::ConstraintError;
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use mask::TokenMask;

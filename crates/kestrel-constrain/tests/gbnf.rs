@@ -38,7 +38,8 @@ fn translates_every_construct() {
         lark,
         "start: root\n\
          root: item_list? \"A\u{e9}\\u0009\\\"q\\\\\"\n\
-         item_list: item (\",\" item){0,3} | /[\\x{0}-\\x{9}\\x{B}-\\x{5C}\\x{5E}-\\x{60}\\x{64}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]/ /[\\x{0}-\\x{10FFFF}]/{2,} \"\"\n\
+         item_list: item (\",\" item){0,3} | /[\\x{0}-\\x{9}\\x{B}-\\x{5C}\\x{5E}-\\x{60}\\x{64}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]/ \
+         /[\\x{0}-\\x{D7FF}\\x{E000}-\\x{10FFFF}]/{2,} \"\"\n\
          item: (\"x\" | \"y\")+ /[\\x{1F600}]/{2}\n"
     );
 }
