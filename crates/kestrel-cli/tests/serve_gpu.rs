@@ -81,3 +81,25 @@ fn serve_on_the_gpu() {
         assert_eq!(p.as_f64().unwrap(), best, "{lp}");
     }
 }
+
+/// A seeded JSON-schema request gives the GPU server the CPU server's text.
+#[test]
+fn constrained_answers_match_the_cpus() {
+    let body = json!({
+        "messages": [{"role": "user", "content": "Describe a city as JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 16},
+                "population": {"type": "integer", "minimum": 0}},
+            "required": ["name", "population"], "additionalProperties": false}}},
+        "max_tokens": 60, "temperature": 0.8, "seed": 11,
+    });
+    let answer = |device: &str| {
+        let s = start(&["--device", device]);
+        let v = post(s.port, "/v1/chat/completions", &body).json();
+        v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+    };
+    let cpu = answer("cpu");
+    serde_json::from_str::<serde_json::Value>(&cpu).unwrap_or_else(|e| panic!("{e}: {cpu}"));
+    assert_eq!(answer("gpu"), cpu);
+}
