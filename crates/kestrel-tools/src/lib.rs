@@ -14,6 +14,7 @@ mod error;
 mod family;
 pub mod generic;
 pub mod grammar;
+mod hermes;
 mod ids;
 mod json_scan;
 mod parse;
