@@ -7,15 +7,17 @@
 //! - fenced: a ```` ```json ```` (or bare ```` ``` ````) fence holding tagged or bare calls,
 //!   separated by whitespace, up to the closing fence.
 //!
-//! A bare object is a call only when its members are exactly `name` (first) and `arguments`
-//! (an object); any other JSON object is content. The parser has no tool list, so the name
-//! is not checked against the request's tools (the lazy grammar's triggers do name them).
+//! Bare and fenced calls are read only when the parser knows the request's tools
+//! ([`crate::parse_with_tools`]): a bare object is a call only when its members are exactly
+//! `name` (first, one of the callable tools) and `arguments` (an object); any other JSON
+//! object is content. (A small model asked for a joke may well answer
+//! `{"name": "Joke", "arguments": {...}}`.)
 //! Like llama.cpp's, a bare call is recognized wherever its opening is, even nested in other
 //! JSON — except right after a `<tool_call>` whose call broke: that object is the broken
 //! call's, content with its tag.
 
 use crate::json_scan::skip_ws;
-use crate::parse::{read_call_object, Found, Group, Opening, Shape};
+use crate::parse::{read_call_object, CallScan, Found, Group, Opening, Shape};
 
 const TAG: &str = "<tool_call>";
 const CLOSE_TAG: &str = "</tool_call>";
@@ -23,10 +25,20 @@ const FENCES: [&str; 2] = ["```json\n", "```\n"];
 const FENCE_CLOSE: &str = "```";
 
 /// The first group opening at or after `from`, or the start of text that may still become
-/// one. `not_bare_at`: an offset where an object is not taken as a bare call.
-pub(crate) fn find_opening(text: &str, from: usize, not_bare_at: Option<usize>) -> Option<Found> {
+/// one. `bare`: whether bare and fenced calls count; `not_bare_at`: an offset where an object
+/// is not taken as a bare call.
+pub(crate) fn find_opening(
+    text: &str,
+    from: usize,
+    not_bare_at: Option<usize>,
+    bare: bool,
+) -> Option<Found> {
     (from..text.len())
-        .filter(|&s| matches!(text.as_bytes()[s], b'<' | b'{' | b'`'))
+        .filter(|&s| match text.as_bytes()[s] {
+            b'<' => true,
+            b'{' | b'`' => bare,
+            _ => false,
+        })
         .find_map(|s| match classify(text, s, not_bare_at) {
             Class::No => None,
             Class::Prefix => Some(Found::Held(s)),
@@ -34,12 +46,12 @@ pub(crate) fn find_opening(text: &str, from: usize, not_bare_at: Option<usize>) 
         })
 }
 
-/// Reads the group `o` opens.
-pub(crate) fn read_group(text: &str, o: &Opening, at_end: bool) -> Group {
+/// Reads the group `o` opens; a bare call must name one of `names`.
+pub(crate) fn read_group(text: &str, o: &Opening, names: &[String], at_end: bool) -> Group {
     match o.shape {
         Shape::Marker => read_tagged(text, o.body, at_end),
-        Shape::Bare => read_bare(text, o.body),
-        Shape::Fenced => read_fenced(text, o.body, at_end),
+        Shape::Bare => read_bare(text, o.body, names),
+        Shape::Fenced => read_fenced(text, o.body, names, at_end),
     }
 }
 
@@ -133,12 +145,21 @@ fn read_tagged(text: &str, body: usize, at_end: bool) -> Group {
     }
 }
 
-fn read_bare(text: &str, at: usize) -> Group {
-    read_call_object(text, at, &["arguments"], true)
+fn read_bare(text: &str, at: usize, names: &[String]) -> Group {
+    let group = read_call_object(text, at, &["arguments"], true);
+    let (Group::Done(calls, _) | Group::Partial(calls)) = &group else {
+        return group;
+    };
+    let known = |call: &CallScan| call.name.as_ref().is_none_or(|n| names.contains(n));
+    if calls.iter().all(known) {
+        group
+    } else {
+        Group::Invalid
+    }
 }
 
 /// Calls (tagged or bare, whitespace between) up to the closing fence, from the first call.
-fn read_fenced(text: &str, body: usize, at_end: bool) -> Group {
+fn read_fenced(text: &str, body: usize, names: &[String], at_end: bool) -> Group {
     let mut calls = Vec::new();
     let mut i = body;
     loop {
@@ -147,7 +168,7 @@ fn read_fenced(text: &str, body: usize, at_end: bool) -> Group {
             return Group::Done(calls, i + FENCE_CLOSE.len());
         }
         let group = match classify_call(text, i, None) {
-            Class::Open(o) => read_group(text, &o, at_end),
+            Class::Open(o) => read_group(text, &o, names, at_end),
             // The closing fence is cut off or was never written (the model stopped).
             _ if !calls.is_empty() && FENCE_CLOSE.starts_with(rest) => {
                 return if at_end {

@@ -9,7 +9,7 @@
 //! A call's `arguments` is the exact JSON text the model wrote for the arguments object.
 
 use crate::json_scan::{self, decode_string_prefix, skip_ws, Scan, Walk};
-use crate::{hermes, CallIds, Family};
+use crate::{hermes, CallIds, Family, ToolRequest};
 
 /// One tool call the model made.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +30,27 @@ pub struct ParsedMessage {
 
 /// Splits a finished answer. Ids come from `ids` in call order.
 pub fn parse(family: Family, text: &str, ids: &mut CallIds) -> ParsedMessage {
-    let segs = scan(family, text, true);
+    parse_with(family, &[], text, ids)
+}
+
+/// [`parse`], also reading Hermes calls written without their tags (bare, or in a
+/// ```` ```json ```` fence) when they name one of `tools`' callable tools.
+pub fn parse_with_tools(
+    family: Family,
+    tools: &ToolRequest,
+    text: &str,
+    ids: &mut CallIds,
+) -> ParsedMessage {
+    parse_with(family, &callable_names(tools), text, ids)
+}
+
+/// The names a bare call may have.
+pub(crate) fn callable_names(tools: &ToolRequest) -> Vec<String> {
+    tools.callable().iter().map(|t| t.name.clone()).collect()
+}
+
+fn parse_with(family: Family, names: &[String], text: &str, ids: &mut CallIds) -> ParsedMessage {
+    let segs = scan(family, names, text, true);
     let tool_calls = segs
         .iter()
         .flat_map(|seg| match seg {
@@ -72,11 +92,11 @@ pub(crate) enum Seg {
 }
 
 /// Reads `text` into segments. With `at_end`, nothing stays pending and unfinished calls are
-/// content.
-pub(crate) fn scan(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
+/// content. `names`: the tools a bare Hermes call may name (none: bare calls are content).
+pub(crate) fn scan(family: Family, names: &[String], text: &str, at_end: bool) -> Vec<Seg> {
     let mut segs = match family {
         Family::Generic => scan_generic(text, at_end),
-        _ => scan_triggered(family, text, at_end),
+        _ => scan_triggered(family, names, text, at_end),
     };
     merge_content(&mut segs);
     segs
@@ -150,7 +170,7 @@ pub(crate) enum Shape {
     Fenced,
 }
 
-fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
+fn scan_triggered(family: Family, names: &[String], text: &str, at_end: bool) -> Vec<Seg> {
     let mut segs = Vec::new();
     let mut pos = 0;
     // The object right after a Hermes tag whose call broke belongs to that tag: never a
@@ -158,7 +178,7 @@ fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
     let mut not_bare_at = None;
     loop {
         let found = match family {
-            Family::Hermes => hermes::find_opening(text, pos, not_bare_at),
+            Family::Hermes => hermes::find_opening(text, pos, not_bare_at, !names.is_empty()),
             _ => find_trigger(family.triggers(), text, pos),
         };
         let o = match found {
@@ -175,7 +195,7 @@ fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
         };
         segs.push(Seg::Content(text[pos..o.start].to_owned()));
         let group = match family {
-            Family::Hermes => hermes::read_group(text, &o, at_end),
+            Family::Hermes => hermes::read_group(text, &o, names, at_end),
             _ => read_group(family, text, o.body),
         };
         match group {

@@ -1,9 +1,25 @@
 //! Answers split into content and calls, whole and streamed, for each family.
 
-use kestrel_tools::{parse, CallIds, Delta, Family, ParsedMessage, StreamParser, ToolCall};
+use kestrel_tools::{
+    parse, parse_request, parse_with_tools, CallIds, Delta, Family, ParsedMessage, StreamParser,
+    ToolCall, ToolRequest,
+};
+use serde_json::json;
+
+/// A request whose tools are the names these tests' calls use.
+fn tools() -> ToolRequest {
+    let tool = |name: &str| json!({"type": "function", "function": {"name": name}});
+    let tools = ["f", "g", "get_weather", "get_time"].map(tool);
+    let body = json!({ "tools": tools });
+    parse_request(body.as_object().unwrap()).unwrap().unwrap()
+}
 
 fn whole(family: Family, text: &str) -> ParsedMessage {
-    parse(family, text, &mut CallIds::new(1))
+    parse_with_tools(family, &tools(), text, &mut CallIds::new(1))
+}
+
+fn parser(family: Family, eager: bool) -> StreamParser {
+    StreamParser::new(family, CallIds::new(1), eager).with_tools(&tools())
 }
 
 fn call(name: &str, arguments: &str) -> (String, String) {
@@ -33,7 +49,7 @@ fn check_stream_modes(family: Family, text: &str, modes: &[bool]) -> ParsedMessa
     let expected = whole(family, text);
     for &eager in modes {
         for step in 1..=7 {
-            let mut parser = StreamParser::new(family, CallIds::new(1), eager);
+            let mut parser = parser(family, eager);
             let mut deltas = Vec::new();
             let mut rest = text;
             while !rest.is_empty() {
@@ -333,6 +349,26 @@ fn hermes_fenced_calls() {
 }
 
 #[test]
+fn bare_calls_need_the_request_tools_and_one_of_their_names() {
+    let joke = "{\"name\": \"Joke\", \"arguments\": {\"topic\": \"cats\"}}";
+    let m = check_careful_stream(Family::Hermes, joke);
+    assert_eq!((m.content.as_deref(), m.tool_calls.len()), (Some(joke), 0));
+    let fenced = format!("```json\n{joke}\n```");
+    let m = check_careful_stream(Family::Hermes, &fenced);
+    assert_eq!(m.content.as_deref(), Some(fenced.as_str()));
+    // Without the tools, only tagged calls count.
+    let m = parse(Family::Hermes, WEATHER, &mut CallIds::new(1));
+    assert_eq!(
+        (m.content.as_deref(), m.tool_calls.len()),
+        (Some(WEATHER), 0)
+    );
+    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(1), false);
+    let mut deltas = parser.push(WEATHER);
+    deltas.extend(parser.finish().0);
+    assert_eq!(deltas, [Delta::Content(WEATHER.into())]);
+}
+
+#[test]
 fn json_that_is_not_a_bare_call_is_content() {
     for text in [
         "{\"name\": \"Bob\", \"age\": 3}",
@@ -362,7 +398,7 @@ fn json_that_is_not_a_bare_call_is_content() {
 
 #[test]
 fn careful_streaming_holds_what_may_open_a_bare_call() {
-    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(1), false);
+    let mut parser = parser(Family::Hermes, false);
     assert_eq!(parser.push("Sure {"), [Delta::Content("Sure".into())]);
     assert!(parser.push(" \"na").is_empty());
     assert!(parser.push("me\": \"f\", \"arguments\": {}").is_empty());
@@ -374,7 +410,7 @@ fn careful_streaming_holds_what_may_open_a_bare_call() {
     );
     assert_eq!(parser.push("js"), []);
     assert_eq!(parser.push("x"), [Delta::Content("```jsx".into())]);
-    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(1), false);
+    let mut parser = self::parser(Family::Hermes, false);
     assert_eq!(parser.push("a {b"), [Delta::Content("a {b".into())]);
 }
 
