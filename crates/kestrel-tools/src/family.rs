@@ -4,7 +4,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
     /// Hermes / Qwen 2.5: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, one
-    /// block per call.
+    /// block per call; also read when written bare (the object without the tags) or in a
+    /// ```` ```json ```` fence.
     Hermes,
     /// Llama 3.x: one JSON object `{"name": ..., "parameters": {...}}`, plain or after
     /// `<|python_tag|>`.
@@ -36,9 +37,10 @@ impl Family {
         }
     }
 
-    /// Texts that open a call: in `auto` mode the grammar starts at the first of them the model
-    /// writes, and a parser looks for them. Empty for [`Family::Generic`], whose grammar holds
-    /// from the first token.
+    /// The literal texts that open a call, which the parser looks for. Hermes calls also open
+    /// bare or fenced, in any JSON spacing, which its parser finds by their shape instead.
+    /// Empty for [`Family::Generic`], whose answer is JSON from the first token. (The lazy
+    /// grammar's triggers are [`crate::Constraint::triggers`].)
     pub fn triggers(self) -> &'static [&'static str] {
         match self {
             Family::Hermes => &["<tool_call>"],

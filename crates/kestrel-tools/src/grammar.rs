@@ -43,14 +43,27 @@ pub fn constraint(
     let mut lark = String::new();
     let triggers: Vec<String> = match family {
         Family::Hermes => {
-            lark.push_str(if req.parallel {
-                "start: call (\"\\n\" call)*\n"
+            let calls = if req.parallel {
+                "call (\"\\n\" call)*"
             } else {
-                "start: call\n"
-            });
-            lark.push_str("call: \"<tool_call>\\n\" function \"\\n</tool_call>\"\n");
+                "call"
+            };
+            let tagged = "\"<tool_call>\\n\" function \"\\n</tool_call>\"";
+            if lazy {
+                // Under `auto`, small Qwen models often write a call without its tags, or in
+                // a ```json fence (free text before the trigger) that they then close.
+                lark.push_str(&format!(
+                    "start: {calls} \"\\n```\"?\ncall: {tagged} | function\n"
+                ));
+            } else {
+                lark.push_str(&format!("start: {calls}\ncall: {tagged}\n"));
+            }
             push_functions(&mut lark, &tools, "arguments");
-            vec!["<tool_call>".into()]
+            // A bare call starts the grammar only with a tool's own name, so JSON the model
+            // means as text (`{"name": "Bob", ...}`) stays free. Tool names need no escaping.
+            let mut triggers = vec!["<tool_call>".to_owned()];
+            triggers.extend(tools.iter().map(|t| format!("{{\"name\": \"{}\"", t.name)));
+            triggers
         }
         Family::Llama3 => {
             // Llama 3 templates describe one call per answer.

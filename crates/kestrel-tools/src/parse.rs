@@ -1,15 +1,15 @@
 //! The output side: splitting a model's answer into content and tool calls, per family.
 //!
 //! One scanner serves both the whole-answer parse and the streaming parser ([`crate::stream`]):
-//! it reads the text so far into content, call groups (one trigger's worth of calls: a Hermes
-//! block, a Mistral array, a generic answer object) and a pending tail that more text must
-//! decide. Text that breaks a call's syntax is content, trigger included, so a malformed call
+//! it reads the text so far into content, call groups (one opening's worth of calls: a Hermes
+//! block, bare call or fence ([`crate::hermes`]), a Mistral array, a generic answer object) and
+//! a pending tail that more text must decide. Text that breaks a call's syntax is content, trigger included, so a malformed call
 //! never yields a tool call. Whitespace next to a call group is not content.
 //!
 //! A call's `arguments` is the exact JSON text the model wrote for the arguments object.
 
 use crate::json_scan::{self, decode_string_prefix, skip_ws, Scan, Walk};
-use crate::{CallIds, Family};
+use crate::{hermes, CallIds, Family, ToolRequest};
 
 /// One tool call the model made.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +30,27 @@ pub struct ParsedMessage {
 
 /// Splits a finished answer. Ids come from `ids` in call order.
 pub fn parse(family: Family, text: &str, ids: &mut CallIds) -> ParsedMessage {
-    let segs = scan(family, text, true);
+    parse_with(family, &[], text, ids)
+}
+
+/// [`parse`], also reading Hermes calls written without their tags (bare, or in a
+/// ```` ```json ```` fence) when they name one of `tools`' callable tools.
+pub fn parse_with_tools(
+    family: Family,
+    tools: &ToolRequest,
+    text: &str,
+    ids: &mut CallIds,
+) -> ParsedMessage {
+    parse_with(family, &callable_names(tools), text, ids)
+}
+
+/// The names a bare call may have.
+pub(crate) fn callable_names(tools: &ToolRequest) -> Vec<String> {
+    tools.callable().iter().map(|t| t.name.clone()).collect()
+}
+
+fn parse_with(family: Family, names: &[String], text: &str, ids: &mut CallIds) -> ParsedMessage {
+    let segs = scan(family, names, text, true);
     let tool_calls = segs
         .iter()
         .flat_map(|seg| match seg {
@@ -72,11 +92,11 @@ pub(crate) enum Seg {
 }
 
 /// Reads `text` into segments. With `at_end`, nothing stays pending and unfinished calls are
-/// content.
-pub(crate) fn scan(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
+/// content. `names`: the tools a bare Hermes call may name (none: bare calls are content).
+pub(crate) fn scan(family: Family, names: &[String], text: &str, at_end: bool) -> Vec<Seg> {
     let mut segs = match family {
         Family::Generic => scan_generic(text, at_end),
-        _ => scan_triggered(family, text, at_end),
+        _ => scan_triggered(family, names, text, at_end),
     };
     merge_content(&mut segs);
     segs
@@ -114,7 +134,7 @@ fn merge_content(segs: &mut Vec<Seg>) {
 }
 
 /// What reading one call group found.
-enum Group {
+pub(crate) enum Group {
     /// Complete calls; the group's text ends at this offset.
     Done(Vec<CallScan>, usize),
     /// The text ran out inside the group.
@@ -122,37 +142,63 @@ enum Group {
     Invalid,
 }
 
-fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
-    let triggers = family.triggers();
+/// What looking for the next call group found.
+pub(crate) enum Found {
+    Open(Opening),
+    /// The text ends inside what may still open a group, from this offset.
+    Held(usize),
+}
+
+/// Where a call group opens.
+pub(crate) struct Opening {
+    /// Where the group's text begins.
+    pub start: usize,
+    /// Where its call text begins (after a marker or fence).
+    pub body: usize,
+    /// Where a broken group's content ends and the search goes on.
+    pub resume: usize,
+    pub shape: Shape,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A family's literal trigger (a Hermes tag, a Mistral marker, a Llama opening).
+    Marker,
+    /// A Hermes call object without tags.
+    Bare,
+    /// A Hermes code fence holding calls.
+    Fenced,
+}
+
+fn scan_triggered(family: Family, names: &[String], text: &str, at_end: bool) -> Vec<Seg> {
     let mut segs = Vec::new();
     let mut pos = 0;
+    // The object right after a Hermes tag whose call broke belongs to that tag: never a
+    // bare call of its own.
+    let mut not_bare_at = None;
     loop {
-        let found = triggers
-            .iter()
-            .filter_map(|t| text[pos..].find(t).map(|at| (pos + at, *t)))
-            .min_by_key(|&(at, t)| (at, std::cmp::Reverse(t.len())));
-        let Some((start, trigger)) = found else {
-            let rest = &text[pos..];
-            let held = if at_end {
-                0
-            } else {
-                held_prefix(rest, triggers)
-            };
-            segs.push(Seg::Content(rest[..rest.len() - held].to_owned()));
-            if held > 0 {
+        let found = match family {
+            Family::Hermes => hermes::find_opening(text, pos, not_bare_at, !names.is_empty()),
+            _ => find_trigger(family.triggers(), text, pos),
+        };
+        let o = match found {
+            Some(Found::Open(o)) => o,
+            Some(Found::Held(at)) if !at_end => {
+                segs.push(Seg::Content(text[pos..at].to_owned()));
                 segs.push(Seg::Pending);
+                return segs;
             }
-            return segs;
+            _ => {
+                segs.push(Seg::Content(text[pos..].to_owned()));
+                return segs;
+            }
         };
-        segs.push(Seg::Content(text[pos..start].to_owned()));
-        // Hermes and Mistral markers and Llama's python tag wrap the call; Llama's other
-        // triggers are the call's own first characters.
-        let body = if trigger.starts_with('{') {
-            start
-        } else {
-            start + trigger.len()
+        segs.push(Seg::Content(text[pos..o.start].to_owned()));
+        let group = match family {
+            Family::Hermes => hermes::read_group(text, &o, names, at_end),
+            _ => read_group(family, text, o.body),
         };
-        match read_group(family, text, body, at_end) {
+        match group {
             Group::Done(calls, end) => {
                 segs.push(Seg::Calls {
                     calls,
@@ -161,7 +207,7 @@ fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
                 pos = end;
             }
             Group::Partial(_) if at_end => {
-                segs.push(Seg::Content(text[start..].to_owned()));
+                segs.push(Seg::Content(text[o.start..].to_owned()));
                 return segs;
             }
             Group::Partial(calls) => {
@@ -172,11 +218,38 @@ fn scan_triggered(family: Family, text: &str, at_end: bool) -> Vec<Seg> {
                 return segs;
             }
             Group::Invalid => {
-                segs.push(Seg::Content(trigger.to_owned()));
-                pos = start + trigger.len();
+                segs.push(Seg::Content(text[o.start..o.resume].to_owned()));
+                pos = o.resume;
+                not_bare_at = (o.shape == Shape::Marker).then(|| skip_ws(text, pos));
             }
         }
     }
+}
+
+/// The earliest of `triggers` at or after `from`, or the end of the text when it may begin
+/// one.
+fn find_trigger(triggers: &[&str], text: &str, from: usize) -> Option<Found> {
+    let found = triggers
+        .iter()
+        .filter_map(|t| text[from..].find(t).map(|at| (from + at, *t)))
+        .min_by_key(|&(at, t)| (at, std::cmp::Reverse(t.len())));
+    let Some((start, trigger)) = found else {
+        let held = held_prefix(&text[from..], triggers);
+        return (held > 0).then(|| Found::Held(text.len() - held));
+    };
+    // Mistral's marker and Llama's python tag wrap the call; Llama's other triggers are the
+    // call's own first characters.
+    let body = if trigger.starts_with('{') {
+        start
+    } else {
+        start + trigger.len()
+    };
+    Some(Found::Open(Opening {
+        start,
+        body,
+        resume: start + trigger.len(),
+        shape: Shape::Marker,
+    }))
 }
 
 /// Length of the longest end of `text` that could begin a trigger.
@@ -190,43 +263,27 @@ fn held_prefix(text: &str, triggers: &[&str]) -> usize {
         .unwrap_or(0)
 }
 
-fn read_group(family: Family, text: &str, body: usize, at_end: bool) -> Group {
+fn read_group(family: Family, text: &str, body: usize) -> Group {
     let i = skip_ws(text, body);
     match family {
-        Family::Hermes => match read_call_object(text, i, &["arguments"]) {
-            Group::Done(calls, end) => {
-                let j = skip_ws(text, end);
-                let close = "</tool_call>";
-                let rest = &text[j..];
-                if rest.starts_with(close) {
-                    Group::Done(calls, j + close.len())
-                } else if close.starts_with(rest) {
-                    // The closing tag is cut off or was never written (the model stopped).
-                    if at_end {
-                        Group::Done(calls, text.len())
-                    } else {
-                        Group::Partial(calls)
-                    }
-                } else {
-                    Group::Invalid
-                }
-            }
-            other => other,
-        },
-        Family::Llama3 => read_call_object(text, i, &["parameters", "arguments"]),
+        Family::Llama3 => read_call_object(text, i, &["parameters", "arguments"], false),
         Family::Mistral => read_call_array(text, i, &["arguments"]),
-        Family::Generic => unreachable!("generic answers are not triggered"),
+        Family::Hermes | Family::Generic => unreachable!("read by their own scanners"),
     }
 }
 
-/// A `{"name": ..., <args key>: {...}}` object at `i`.
-fn read_call_object(text: &str, i: usize, args_keys: &[&str]) -> Group {
+/// A `{"name": ..., <args key>: {...}}` object at `i`; with `exact`, nothing else in it
+/// (each key once).
+pub(crate) fn read_call_object(text: &str, i: usize, args_keys: &[&str], exact: bool) -> Group {
     match text.as_bytes().get(i) {
         None => return Group::Partial(Vec::new()),
         Some(b'{') => {}
         Some(_) => return Group::Invalid,
     }
     let walk = json_scan::walk(text, i, true);
+    if exact && !has_only_call_keys(&walk, args_keys) {
+        return Group::Invalid;
+    }
     match call_from_walk(text, &walk, args_keys) {
         None => Group::Invalid,
         Some(call) => match walk.end {
@@ -237,6 +294,23 @@ fn read_call_object(text: &str, i: usize, args_keys: &[&str]) -> Group {
             None => Group::Partial(vec![call]),
         },
     }
+}
+
+/// Whether the walked object's keys so far are `name` and one of `args_keys`, each once.
+fn has_only_call_keys(walk: &Walk, args_keys: &[&str]) -> bool {
+    let keys = walk
+        .members
+        .iter()
+        .map(|m| m.key.as_str())
+        .chain(walk.open.as_ref().map(|(key, _)| key.as_str()));
+    let mut seen: Vec<&str> = Vec::with_capacity(2);
+    for key in keys {
+        if seen.contains(&key) || (key != "name" && !args_keys.contains(&key)) {
+            return false;
+        }
+        seen.push(key);
+    }
+    seen.len() <= 2
 }
 
 /// A `[{call}, ...]` array at `i` (at least one call).
@@ -252,7 +326,7 @@ fn read_call_array(text: &str, i: usize, args_keys: &[&str]) -> Group {
     }
     let mut calls = Vec::new();
     for element in &walk.members {
-        match read_call_object(text, element.value.start, args_keys) {
+        match read_call_object(text, element.value.start, args_keys, false) {
             Group::Done(mut call, _) => calls.append(&mut call),
             _ => return Group::Invalid,
         }
@@ -262,7 +336,7 @@ fn read_call_array(text: &str, i: usize, args_keys: &[&str]) -> Group {
         Some(end) => Group::Done(calls, end),
         None => {
             if let Some((_, start)) = walk.open {
-                match read_call_object(text, start, args_keys) {
+                match read_call_object(text, start, args_keys, false) {
                     Group::Invalid => return Group::Invalid,
                     Group::Partial(mut open) | Group::Done(mut open, _) => calls.append(&mut open),
                 }
@@ -354,7 +428,7 @@ fn scan_generic(text: &str, at_end: bool) -> Vec<Seg> {
             let group = if key == "tool_calls" {
                 read_call_array(text, start, &["arguments"])
             } else {
-                read_call_object(text, start, &["arguments"])
+                read_call_object(text, start, &["arguments"], false)
             };
             let closed = walk.end.is_some() && walk.members.len() == 1;
             match group {

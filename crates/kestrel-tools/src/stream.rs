@@ -11,8 +11,8 @@
 //! for output a grammar constrains, where call text cannot break (a call cut short by a token
 //! limit is then sent as far as it got).
 
-use crate::parse::{assemble_content, scan, Seg};
-use crate::{CallIds, Family, ParsedMessage, ToolCall};
+use crate::parse::{assemble_content, callable_names, scan, Seg};
+use crate::{CallIds, Family, ParsedMessage, ToolCall, ToolRequest};
 
 /// One piece of a streamed answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +33,8 @@ pub enum Delta {
 #[derive(Clone, Debug)]
 pub struct StreamParser {
     family: Family,
+    /// The tools a bare Hermes call may name.
+    names: Vec<String>,
     eager: bool,
     ids: CallIds,
     text: String,
@@ -52,6 +54,7 @@ impl StreamParser {
     pub fn new(family: Family, ids: CallIds, eager: bool) -> StreamParser {
         StreamParser {
             family,
+            names: Vec::new(),
             eager,
             ids,
             text: String::new(),
@@ -60,17 +63,24 @@ impl StreamParser {
         }
     }
 
+    /// Also reads Hermes calls written without their tags (bare, or in a ```` ```json ````
+    /// fence) when they name one of `tools`' callable tools, as [`crate::parse_with_tools`].
+    pub fn with_tools(mut self, tools: &ToolRequest) -> StreamParser {
+        self.names = callable_names(tools);
+        self
+    }
+
     /// Adds the next piece of the answer; returns what it lets through.
     pub fn push(&mut self, piece: &str) -> Vec<Delta> {
         self.text.push_str(piece);
-        let segs = scan(self.family, &self.text, false);
+        let segs = scan(self.family, &self.names, &self.text, false);
         self.send(&segs, false)
     }
 
     /// Ends the answer: the remaining deltas, and the whole message (what [`crate::parse`]
     /// gives for the full text, with the ids the deltas carried).
     pub fn finish(mut self) -> (Vec<Delta>, ParsedMessage) {
-        let segs = scan(self.family, &self.text, true);
+        let segs = scan(self.family, &self.names, &self.text, true);
         let deltas = self.send(&segs, true);
         let message = ParsedMessage {
             content: (!self.sent_content.is_empty()).then_some(self.sent_content),

@@ -60,7 +60,7 @@ fn hermes_grammar() {
     let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
     let two = format!("{one}\n<tool_call>\n{{\"name\": \"get_time\", \"arguments\": {{\"zone\": \"UTC\"}}}}\n</tool_call>");
     let auto = get(Family::Hermes, json!("auto"), true);
-    assert_eq!(auto.triggers, ["<tool_call>"]);
+    assert_eq!(auto.triggers[0], "<tool_call>");
     assert!(accepts(&f, &auto, one));
     assert!(accepts(&f, &auto, &two));
     let required = get(Family::Hermes, json!("required"), false);
@@ -90,6 +90,55 @@ fn hermes_grammar() {
         &named,
         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"
     ));
+}
+
+/// Whether the grammar takes all of `text` (as the start of a longer answer).
+fn takes_prefix(factory: &ParserFactory, c: &Constraint, text: &str) -> bool {
+    let parser = factory.create_parser(TopLevelGrammar::from_lark(c.lark.clone()));
+    let mut m = Matcher::new(parser);
+    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+    m.consume_tokens(&tokens).is_ok()
+}
+
+#[test]
+fn hermes_lazy_grammar_takes_bare_calls() {
+    let f = factory();
+    let weather = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    let time = "{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}";
+    let auto = get(Family::Hermes, json!("auto"), true);
+    assert_eq!(
+        auto.triggers,
+        [
+            "<tool_call>",
+            "{\"name\": \"get_weather\"",
+            "{\"name\": \"get_time\""
+        ]
+    );
+    // The grammar starts at a trigger's first character, so it takes each trigger's text.
+    for trigger in &auto.triggers {
+        assert!(takes_prefix(&f, &auto, trigger), "{trigger}");
+    }
+    assert!(accepts(&f, &auto, weather));
+    assert!(accepts(&f, &auto, &format!("{weather}\n{time}")));
+    assert!(accepts(
+        &f,
+        &auto,
+        &format!("{weather}\n<tool_call>\n{time}\n</tool_call>")
+    ));
+    assert!(!accepts(
+        &f,
+        &auto,
+        "{\"name\": \"nope\", \"arguments\": {}}"
+    ));
+    // The fence a call was written in may close (the parser knows whether it opened).
+    assert!(accepts(&f, &auto, &format!("{weather}\n```")));
+    assert!(!accepts(&f, &auto, &format!("{weather}\n```\nmore")));
+    let single = get(Family::Hermes, json!("auto"), false);
+    assert!(accepts(&f, &single, weather));
+    assert!(!accepts(&f, &single, &format!("{weather}\n{time}")));
+    // A grammar from the first token keeps the trained, tagged form.
+    let required = get(Family::Hermes, json!("required"), true);
+    assert!(!accepts(&f, &required, weather));
 }
 
 #[test]

@@ -1,9 +1,25 @@
 //! Answers split into content and calls, whole and streamed, for each family.
 
-use kestrel_tools::{parse, CallIds, Delta, Family, ParsedMessage, StreamParser, ToolCall};
+use kestrel_tools::{
+    parse, parse_request, parse_with_tools, CallIds, Delta, Family, ParsedMessage, StreamParser,
+    ToolCall, ToolRequest,
+};
+use serde_json::json;
+
+/// A request whose tools are the names these tests' calls use.
+fn tools() -> ToolRequest {
+    let tool = |name: &str| json!({"type": "function", "function": {"name": name}});
+    let tools = ["f", "g", "get_weather", "get_time"].map(tool);
+    let body = json!({ "tools": tools });
+    parse_request(body.as_object().unwrap()).unwrap().unwrap()
+}
 
 fn whole(family: Family, text: &str) -> ParsedMessage {
-    parse(family, text, &mut CallIds::new(1))
+    parse_with_tools(family, &tools(), text, &mut CallIds::new(1))
+}
+
+fn parser(family: Family, eager: bool) -> StreamParser {
+    StreamParser::new(family, CallIds::new(1), eager).with_tools(&tools())
 }
 
 fn call(name: &str, arguments: &str) -> (String, String) {
@@ -33,7 +49,7 @@ fn check_stream_modes(family: Family, text: &str, modes: &[bool]) -> ParsedMessa
     let expected = whole(family, text);
     for &eager in modes {
         for step in 1..=7 {
-            let mut parser = StreamParser::new(family, CallIds::new(1), eager);
+            let mut parser = parser(family, eager);
             let mut deltas = Vec::new();
             let mut rest = text;
             while !rest.is_empty() {
@@ -272,4 +288,156 @@ fn eager_streaming_sends_arguments_as_they_grow() {
         .push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}")
         .is_empty());
     assert_eq!(parser.push("\n</tool_call>").len(), 2);
+}
+
+const WEATHER: &str = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+
+#[test]
+fn hermes_bare_calls() {
+    let m = check_stream(Family::Hermes, WEATHER);
+    assert_eq!(m.content, None);
+    assert_eq!(calls(&m), [call("get_weather", "{\"city\": \"Paris\"}")]);
+    // Any JSON spacing; several calls, bare or tagged, one after another.
+    let text = format!(
+        "{{ \"name\":\"get_time\",\"arguments\":{{}} }}\n{WEATHER}\n<tool_call>\n{{\"name\": \"g\", \"arguments\": {{}}}}\n</tool_call>"
+    );
+    let m = check_stream(Family::Hermes, &text);
+    assert_eq!(m.content, None);
+    assert_eq!(
+        calls(&m),
+        [
+            call("get_time", "{}"),
+            call("get_weather", "{\"city\": \"Paris\"}"),
+            call("g", "{}")
+        ]
+    );
+}
+
+#[test]
+fn hermes_bare_call_after_prose_and_before_more() {
+    let text = format!("I'll check the weather: {WEATHER}\n\nOne moment.");
+    let m = check_stream(Family::Hermes, &text);
+    assert_eq!(
+        m.content.as_deref(),
+        Some("I'll check the weather:One moment.")
+    );
+    assert_eq!(calls(&m), [call("get_weather", "{\"city\": \"Paris\"}")]);
+}
+
+#[test]
+fn hermes_fenced_calls() {
+    let pretty = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```";
+    let m = check_stream(Family::Hermes, pretty);
+    assert_eq!(m.content, None);
+    assert_eq!(
+        calls(&m),
+        [call("get_weather", "{\n    \"city\": \"Paris\"\n  }")]
+    );
+    // Several calls in one fence, a plain fence, prose around it.
+    let text = format!("Sure.\n```\n{WEATHER}\n<tool_call>\n{WEATHER}\n</tool_call>\n```\nDone.");
+    let m = check_stream(Family::Hermes, &text);
+    assert_eq!(m.content.as_deref(), Some("Sure.Done."));
+    assert_eq!(m.tool_calls.len(), 2);
+    // A grammar ends the answer after the call, before a closing fence.
+    let m = check_stream(Family::Hermes, &format!("```json\n{WEATHER}"));
+    assert_eq!((m.content, m.tool_calls.len()), (None, 1));
+    // Prose inside the fence: the fence is text, the call still a call.
+    let text = format!("```json\n{WEATHER}\nThat is all.\n```");
+    let m = check_stream(Family::Hermes, &text);
+    assert_eq!(m.content.as_deref(), Some("```jsonThat is all.\n```"));
+    assert_eq!(m.tool_calls.len(), 1);
+}
+
+#[test]
+fn bare_calls_need_the_request_tools_and_one_of_their_names() {
+    let joke = "{\"name\": \"Joke\", \"arguments\": {\"topic\": \"cats\"}}";
+    let m = check_careful_stream(Family::Hermes, joke);
+    assert_eq!((m.content.as_deref(), m.tool_calls.len()), (Some(joke), 0));
+    let fenced = format!("```json\n{joke}\n```");
+    let m = check_careful_stream(Family::Hermes, &fenced);
+    assert_eq!(m.content.as_deref(), Some(fenced.as_str()));
+    // Without the tools, only tagged calls count.
+    let m = parse(Family::Hermes, WEATHER, &mut CallIds::new(1));
+    assert_eq!(
+        (m.content.as_deref(), m.tool_calls.len()),
+        (Some(WEATHER), 0)
+    );
+    let mut parser = StreamParser::new(Family::Hermes, CallIds::new(1), false);
+    let mut deltas = parser.push(WEATHER);
+    deltas.extend(parser.finish().0);
+    assert_eq!(deltas, [Delta::Content(WEATHER.into())]);
+}
+
+#[test]
+fn json_that_is_not_a_bare_call_is_content() {
+    for text in [
+        "{\"name\": \"Bob\", \"age\": 3}",
+        "{\"name\": \"f\", \"arguments\": {}, \"id\": \"x\"}",
+        "{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}",
+        "{\"name\": \"f\"}",
+        "{\"name\": \"f\", \"arguments\": \"{}\"}",
+        "{\"name\": \"\", \"arguments\": {}}",
+        "{\"arguments\": {}, \"name\": \"f\"}",
+        "{\"name\": \"f\", \"arguments\": {\"a\": 1}",
+        "{\"name\": \"f\", \"arguments\": {}} }",
+        "```json\n{\"a\": 1}\n```",
+        "```json\n{\"name\": \"Bob\"}\n```",
+        "```rust\nfn main() {}\n```",
+        "Use `{` and ``` fences { \"name",
+    ] {
+        let m = check_careful_stream(Family::Hermes, text);
+        if text.ends_with("} }") {
+            // A complete call, then a stray brace as text.
+            assert_eq!((m.content.as_deref(), m.tool_calls.len()), (Some("}"), 1));
+            continue;
+        }
+        assert_eq!(m.content.as_deref(), Some(text), "{text}");
+        assert!(m.tool_calls.is_empty(), "{text}");
+    }
+}
+
+#[test]
+fn careful_streaming_holds_what_may_open_a_bare_call() {
+    let mut parser = parser(Family::Hermes, false);
+    assert_eq!(parser.push("Sure {"), [Delta::Content("Sure".into())]);
+    assert!(parser.push(" \"na").is_empty());
+    assert!(parser.push("me\": \"f\", \"arguments\": {}").is_empty());
+    let d = parser.push("}\n```");
+    assert!(
+        matches!(&d[..], [Delta::CallStart { name, .. }, Delta::CallArguments { fragment, .. }]
+            if name == "f" && fragment == "{}"),
+        "{d:?}"
+    );
+    assert_eq!(parser.push("js"), []);
+    assert_eq!(parser.push("x"), [Delta::Content("```jsx".into())]);
+    let mut parser = self::parser(Family::Hermes, false);
+    assert_eq!(parser.push("a {b"), [Delta::Content("a {b".into())]);
+}
+
+/// Every answer made of up to four of these pieces streams to its whole parse: careful
+/// streaming never sends text it must take back.
+#[test]
+fn hermes_piece_mixtures_stream_to_their_whole_parse() {
+    let pieces = [
+        "{\"name\": \"f\"",
+        ", \"arguments\": {\"a\": 1}",
+        "}",
+        "```json\n",
+        "\n```",
+        "<tool_call>\n",
+        "\n</tool_call>",
+        " hi ",
+        "{",
+    ];
+    let n = pieces.len();
+    for count in 1..=4u32 {
+        for mut code in 0..n.pow(count) {
+            let mut text = String::new();
+            for _ in 0..count {
+                text.push_str(pieces[code % n]);
+                code /= n;
+            }
+            check_careful_stream(Family::Hermes, &text);
+        }
+    }
 }

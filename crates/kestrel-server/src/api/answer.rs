@@ -175,14 +175,26 @@ impl Answer {
         lp: Option<&TokenLogprobs>,
         offsets: &mut Offsets,
     ) -> Vec<Value> {
-        if let Some(t) = self.tool_stream.as_ref().filter(|_| self.api == Api::Chat) {
+        if let Some(t) = &self.tool_stream {
             // Content and calls as the parser lets them through (logprobs
             // are not reported beside calls).
-            return t
-                .push(text)
-                .into_iter()
-                .map(|d| chat::delta_chunk(self, d))
-                .collect();
+            return match self.api {
+                Api::Responses => t
+                    .push_blocks(text)
+                    .iter()
+                    .flat_map(|b| responses::block_events(self, b, "completed"))
+                    .collect(),
+                Api::Messages => t
+                    .push_blocks(text)
+                    .iter()
+                    .flat_map(anthropic::block_events)
+                    .collect(),
+                _ => t
+                    .push(text)
+                    .into_iter()
+                    .map(|d| chat::delta_chunk(self, d))
+                    .collect(),
+            };
         }
         self.stream_event(token, text, lp, offsets)
             .into_iter()
@@ -219,6 +231,24 @@ impl Answer {
 
     /// The closing events: finish_reason (with timings), then usage if asked.
     pub fn stream_end(&self, g: &Generation, include_usage: bool) -> Vec<Value> {
+        if let Some(t) = self.tool_stream.as_ref() {
+            // The last block closed before the dialect's closing events.
+            match self.api {
+                Api::Responses => {
+                    let (blocks, status) = (t.finish_blocks(), responses::status(g));
+                    let events = blocks
+                        .iter()
+                        .flat_map(|b| responses::block_events(self, b, status));
+                    return events.chain(responses::stream_end(self, g)).collect();
+                }
+                Api::Messages => {
+                    let blocks = t.finish_blocks();
+                    let events = blocks.iter().flat_map(anthropic::block_events);
+                    return events.chain(anthropic::stream_end(self, g)).collect();
+                }
+                _ => {}
+            }
+        }
         let mut out = Vec::new();
         let mut called = false;
         if let Some(t) = self.tool_stream.as_ref().filter(|_| self.api == Api::Chat) {

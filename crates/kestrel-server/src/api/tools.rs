@@ -3,7 +3,8 @@
 //! (or, for a template without tool support, described in a system message
 //! in the generic form), the grammar that holds the model's calls to the
 //! functions' schemas (lazy under `auto`: free text until the family's
-//! trigger), and the answer's `tool_calls`, whole or as stream deltas.
+//! trigger), and the answer's `tool_calls`, whole or as stream deltas
+//! (chat's, or the blocks the Responses and Anthropic streams are made of).
 //! The formats per family are `kestrel-tools`'s; this file is the server's
 //! glue.
 
@@ -174,10 +175,120 @@ fn message_json(parsed: &ParsedMessage) -> (Value, bool) {
     (m, called)
 }
 
-/// A streamed answer's parser: text in, chat deltas out.
+/// A streamed answer's parser: text in, chat deltas (or blocks) out.
 pub(crate) struct ToolStream {
     parser: Mutex<Option<StreamParser>>,
     called: Mutex<bool>,
+    blocks: Mutex<Blocks>,
+}
+
+/// A streamed answer as a sequence of blocks, as the Responses API (output
+/// items) and Anthropic's (content blocks) stream it: text or one call
+/// each, opened, grown and closed in turn, numbered from 0 as they open.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Block {
+    TextStart(usize),
+    Text(usize, String),
+    /// The end of a text block, with its whole text.
+    TextDone(usize, String),
+    CallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    CallArguments {
+        index: usize,
+        id: String,
+        fragment: String,
+    },
+    /// The end of a call, with its whole arguments.
+    CallDone {
+        index: usize,
+        id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// The block open in a stream, and how many have opened.
+#[derive(Default)]
+struct Blocks {
+    open: Option<Block>,
+    opened: usize,
+}
+
+impl Blocks {
+    /// The block events of one delta: the open block grows, or closes and
+    /// the next opens.
+    fn step(&mut self, d: Delta, out: &mut Vec<Block>) {
+        match d {
+            Delta::Content(text) => {
+                if !matches!(self.open, Some(Block::TextDone(..))) {
+                    self.close(out);
+                    let index = self.next();
+                    out.push(Block::TextStart(index));
+                    self.open = Some(Block::TextDone(index, String::new()));
+                }
+                if let Some(Block::TextDone(index, all)) = &mut self.open {
+                    all.push_str(&text);
+                    out.push(Block::Text(*index, text));
+                }
+            }
+            Delta::CallStart { id, name, .. } => {
+                self.close(out);
+                let index = self.next();
+                out.push(Block::CallStart {
+                    index,
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                self.open = Some(Block::CallDone {
+                    index,
+                    id,
+                    name,
+                    arguments: String::new(),
+                });
+            }
+            Delta::CallArguments { fragment, .. } => {
+                // (Fragments follow their call's start.)
+                if let Some(Block::CallDone {
+                    index,
+                    id,
+                    arguments,
+                    ..
+                }) = &mut self.open
+                {
+                    arguments.push_str(&fragment);
+                    out.push(Block::CallArguments {
+                        index: *index,
+                        id: id.clone(),
+                        fragment,
+                    });
+                }
+            }
+        }
+    }
+
+    fn next(&mut self) -> usize {
+        self.opened += 1;
+        self.opened - 1
+    }
+
+    /// Closes the open block (its `...Done` event is kept while it is open).
+    fn close(&mut self, out: &mut Vec<Block>) {
+        out.extend(self.open.take());
+    }
+
+    /// Closes the last block; an answer with none has one empty text
+    /// block, as the whole answer shows it.
+    fn finish(&mut self, out: &mut Vec<Block>) {
+        self.close(out);
+        if self.opened == 0 {
+            out.push(Block::TextStart(0));
+            out.push(Block::TextDone(0, String::new()));
+            self.opened = 1;
+        }
+    }
 }
 
 impl ToolStream {
@@ -191,42 +302,155 @@ impl ToolStream {
         ToolStream {
             parser: Mutex::new(Some(StreamParser::new(t.family, CallIds::new(seed), eager))),
             called: Mutex::new(false),
+            blocks: Mutex::new(Blocks::default()),
         }
     }
 
     /// The chat deltas for a piece of text.
     pub fn push(&self, text: &str) -> Vec<Value> {
-        let mut p = self.parser.lock().unwrap_or_else(|e| e.into_inner());
-        let deltas = p.as_mut().map_or_else(Vec::new, |p| p.push(text));
-        self.deltas(deltas)
+        self.parse(text).into_iter().map(chat_delta).collect()
     }
 
     /// The last deltas, at the end of the answer.
     pub fn finish(&self) -> Vec<Value> {
-        let p = self.parser.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let deltas = p.map_or_else(Vec::new, |p| p.finish().0);
-        self.deltas(deltas)
+        self.parse_rest().into_iter().map(chat_delta).collect()
     }
 
-    /// Whether the answer called a tool (after [`ToolStream::finish`]).
+    /// The block events for a piece of text.
+    pub fn push_blocks(&self, text: &str) -> Vec<Block> {
+        let deltas = self.parse(text);
+        let mut b = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        deltas.into_iter().for_each(|d| b.step(d, &mut out));
+        out
+    }
+
+    /// The last block events, closing the last block, at the end of the
+    /// answer.
+    pub fn finish_blocks(&self) -> Vec<Block> {
+        let deltas = self.parse_rest();
+        let mut b = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        deltas.into_iter().for_each(|d| b.step(d, &mut out));
+        b.finish(&mut out);
+        out
+    }
+
+    /// Whether the answer called a tool (after the last deltas or blocks).
     pub fn called(&self) -> bool {
         *self.called.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn deltas(&self, deltas: Vec<Delta>) -> Vec<Value> {
+    fn parse(&self, text: &str) -> Vec<Delta> {
+        let mut p = self.parser.lock().unwrap_or_else(|e| e.into_inner());
+        let deltas = p.as_mut().map_or_else(Vec::new, |p| p.push(text));
+        self.seen(deltas)
+    }
+
+    fn parse_rest(&self) -> Vec<Delta> {
+        let p = self.parser.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let deltas = p.map_or_else(Vec::new, |p| p.finish().0);
+        self.seen(deltas)
+    }
+
+    /// Notes a call among `deltas`.
+    fn seen(&self, deltas: Vec<Delta>) -> Vec<Delta> {
+        if deltas.iter().any(|d| matches!(d, Delta::CallStart { .. })) {
+            *self.called.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        }
         deltas
-            .into_iter()
-            .map(|d| match d {
-                Delta::Content(text) => json!({"content": text}),
-                Delta::CallStart { index, id, name } => {
-                    *self.called.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                    json!({"tool_calls": [{"index": index, "id": id, "type": "function",
-                        "function": {"name": name, "arguments": ""}}]})
-                }
-                Delta::CallArguments { index, fragment } => {
-                    json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
-                }
-            })
-            .collect()
+    }
+}
+
+/// A delta as chat streams it.
+fn chat_delta(d: Delta) -> Value {
+    match d {
+        Delta::Content(text) => json!({"content": text}),
+        Delta::CallStart { index, id, name } => {
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": ""}}]})
+        }
+        Delta::CallArguments { index, fragment } => {
+            json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks(deltas: Vec<Delta>) -> Vec<Block> {
+        let mut b = Blocks::default();
+        let mut out = Vec::new();
+        deltas.into_iter().for_each(|d| b.step(d, &mut out));
+        b.finish(&mut out);
+        out
+    }
+
+    fn start(index: usize, id: &str) -> Delta {
+        Delta::CallStart {
+            index,
+            id: id.into(),
+            name: "f".into(),
+        }
+    }
+
+    fn args(index: usize, fragment: &str) -> Delta {
+        Delta::CallArguments {
+            index,
+            fragment: fragment.into(),
+        }
+    }
+
+    #[test]
+    fn deltas_become_blocks_that_open_grow_and_close_in_turn() {
+        let got = blocks(vec![
+            Delta::Content("Hi".into()),
+            Delta::Content("!".into()),
+            start(0, "a"),
+            args(0, "{}"),
+            start(1, "b"),
+            args(1, "{\"x\""),
+            args(1, ":1}"),
+        ]);
+        let done = |index: usize, id: &str, arguments: &str| Block::CallDone {
+            index,
+            id: id.into(),
+            name: "f".into(),
+            arguments: arguments.into(),
+        };
+        let grow = |index: usize, id: &str, fragment: &str| Block::CallArguments {
+            index,
+            id: id.into(),
+            fragment: fragment.into(),
+        };
+        let open = |index: usize, id: &str| Block::CallStart {
+            index,
+            id: id.into(),
+            name: "f".into(),
+        };
+        assert_eq!(
+            got,
+            vec![
+                Block::TextStart(0),
+                Block::Text(0, "Hi".into()),
+                Block::Text(0, "!".into()),
+                Block::TextDone(0, "Hi!".into()),
+                open(1, "a"),
+                grow(1, "a", "{}"),
+                done(1, "a", "{}"),
+                open(2, "b"),
+                grow(2, "b", "{\"x\""),
+                grow(2, "b", ":1}"),
+                done(2, "b", "{\"x\":1}"),
+            ]
+        );
+        // Calls alone number from 0; no block at all is one empty text.
+        assert_eq!(blocks(vec![start(0, "a")])[0], open(0, "a"));
+        assert_eq!(
+            blocks(Vec::new()),
+            vec![Block::TextStart(0), Block::TextDone(0, String::new())]
+        );
     }
 }
