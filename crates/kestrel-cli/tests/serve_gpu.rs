@@ -97,7 +97,10 @@ fn constrained_answers_match_the_cpus() {
     let answer = |device: &str| {
         let s = start(&["--device", device]);
         let v = post(s.port, "/v1/chat/completions", &body).json();
-        v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     };
     let cpu = answer("cpu");
     serde_json::from_str::<serde_json::Value>(&cpu).unwrap_or_else(|e| panic!("{e}: {cpu}"));

@@ -155,7 +155,10 @@ pub(crate) fn constraint(engine: &Engine, t: &ToolUse) -> Result<Option<Constrai
 /// The finished answer's message: content and `tool_calls`, and whether
 /// it called (finish reason `tool_calls`).
 pub(crate) fn message(t: &ToolUse, text: &str, seed: u64) -> (Value, bool) {
-    let parsed = kestrel_tools::parse(t.family, text, &mut CallIds::new(seed));
+    // Hermes calls written bare (as Qwen often writes them) count when
+    // they name one of the request's tools.
+    let parsed =
+        kestrel_tools::parse_with_tools(t.family, &t.request, text, &mut CallIds::new(seed));
     message_json(&parsed)
 }
 
@@ -300,7 +303,9 @@ impl ToolStream {
             ToolChoice::Required | ToolChoice::Function(_)
         ) || t.family == Family::Generic;
         ToolStream {
-            parser: Mutex::new(Some(StreamParser::new(t.family, CallIds::new(seed), eager))),
+            parser: Mutex::new(Some(
+                StreamParser::new(t.family, CallIds::new(seed), eager).with_tools(&t.request),
+            )),
             called: Mutex::new(false),
             blocks: Mutex::new(Blocks::default()),
         }
