@@ -830,14 +830,11 @@ def responses_stream_events(ctx):
 @check
 def responses_refuse_what_they_cannot_do(ctx):
     bad_request(lambda: respond(ctx, input="Hi", previous_response_id="resp_1"), "previous_response_id")
-    bad_request(lambda: respond(ctx, input="Hi", tools=[{"type": "function", "name": "f", "parameters": {}}]),
-                "tools")
-    bad_request(lambda: respond(ctx, input=[{"type": "function_call_output", "call_id": "c", "output": "x"}]),
-                "function_call_output")
+    bad_request(lambda: respond(ctx, input="Hi", tools=[{"type": "web_search"}]), "web_search")
     bad_request(lambda: respond(ctx, input=[{"role": "user", "content": [{"type": "input_image",
                                                                           "image_url": "http://x/y.png"}]}]),
                 "input_image")
-    bad_request(lambda: respond(ctx, input="Hi", text={"format": {"type": "json_object"}}), "json_object")
+    bad_request(lambda: respond(ctx, input="Hi", text={"format": {"type": "xml"}}), "xml")
     n = ctx.http_json("POST", "/v1/responses/input_tokens", {"input": "Say hello.", "instructions": "Be brief."})
     chat = ctx.chat([{"role": "system", "content": "Be brief."}] + LONG, max_tokens=1)
     eq(n["input_tokens"], chat.usage.prompt_tokens, "responses input_tokens vs chat prompt_tokens")
@@ -907,7 +904,7 @@ def anthropic_stream(ctx):
 @check
 def anthropic_refusals_and_count(ctx):
     for what, kw, word in [
-        ("tools", {"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
+        ("a server tool", {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "web_search"),
         ("an image block", {"messages": [{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]}]}, "image"),
         ("a system turn in messages", {"messages": [{"role": "system", "content": "x"}]}, "system"),
