@@ -275,6 +275,11 @@ fn constrained_rows() {
     let ratio = num(json, "constrained_ratio");
     let want = num(json, "avg_ts") / num(free, "avg_ts");
     assert!((ratio - want).abs() <= 1e-9 * want, "{ratio} vs {want}");
+    // Two pairs: the median is the mean of their ratios.
+    let ts = |t: &Value, i: usize| t["samples_ts"][i].as_f64().unwrap();
+    let pairs = (ts(json, 0) / ts(free, 0) + ts(json, 1) / ts(free, 1)) / 2.0;
+    let pair = num(json, "constrained_pair_ratio");
+    assert!((pair - pairs).abs() <= 1e-9 * pairs, "{pair} vs {pairs}");
 
     let md = stdout_ok(&bench_line(
         "-p 0 -n 4 -r 1 -t 2 --bw-mib 0 --json-schema {\"type\":\"array\",\"minItems\":10}",
@@ -286,7 +291,7 @@ fn constrained_rows() {
         .find(|l| l.starts_with("tg4+json: "))
         .unwrap_or_else(|| panic!("no ratio line: {md}"));
     assert!(
-        line.contains(" of tg4+loop's t/s; the constraint: "),
+        line.contains(" of tg4+loop's t/s (median of the run pairs: "),
         "{md}"
     );
     assert!(line.ends_with(" ms/token on the host, overlapped with the forward pass"));
