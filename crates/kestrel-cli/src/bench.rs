@@ -10,6 +10,15 @@
 //! next step there, read back one step behind (as `run` decodes; no
 //! end-of-generation check). Only the steps are inside the clock.
 //!
+//! With `-j`, each `tgN` gets two more tests through the decode loop `run`
+//! and `serve` use (`kestrel_engine::Batch` on the same backend): `tgN+loop`
+//! generates N tokens greedily from the first token with end tokens
+//! ignored, and `tgN+json` the same under a JSON schema, compiled afresh
+//! (outside the clock) for each run so that no run inherits the lexer
+//! states an earlier one built. Their repetitions alternate, so that the
+//! ratio of the two meets the same minutes of a shared machine. A run is
+//! timed from the prompt's submission to the last token.
+//!
 //! After the model tests it records the peak RSS and then probes the memory
 //! read bandwidth (CPU only), so the probe's buffer does not inflate the
 //! RSS figure.
@@ -24,14 +33,16 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use kestrel_engine::backend::{Feed, SeqId, Want};
-use kestrel_engine::{Backend, BackendOptions, Device, Engine};
+use kestrel_engine::{Backend, BackendOptions, Device, Engine, GenerateParams};
 use kestrel_gguf::GgufFile;
 use kestrel_sampling::XorShift;
 
 use crate::MAX_THREADS;
 
+use crate::structured::SchemaChoice;
 use report::{
-    decode_weight_bytes, model_desc, test_name, ModelInfo, Paired, PairedRound, Report, TestResult,
+    decode_weight_bytes, model_desc, test_name, ModelInfo, Paired, PairedRound, Report, TestPath,
+    TestResult,
 };
 
 /// Largest bandwidth buffer accepted, in MiB.
@@ -100,6 +111,8 @@ pub struct BenchArgs {
     /// of the same seconds (0: none).
     #[arg(long = "bw-paired", default_value_t = 0)]
     bw_paired: usize,
+    #[command(flatten)]
+    schema: crate::structured::SchemaArgs,
     #[command(flatten)]
     devices: crate::device::DeviceArgs,
 }
@@ -205,6 +218,7 @@ fn plan(a: &BenchArgs) -> Result<Vec<TestSpec>> {
 
 pub fn bench(a: BenchArgs) -> Result<()> {
     let tests = plan(&a)?;
+    let schema = a.schema.read()?;
     let threads = a.threads.unwrap_or_else(crate::default_threads);
     let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     // Caches and activations grow with the test length; the training context
@@ -243,10 +257,16 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let backend_name = if on_gpu { facts.api } else { "CPU".to_string() };
     let seq = backend.create_seq()?;
     let mut runner = Runner { backend, seq };
-    let results = tests
+    let mut results = tests
         .iter()
         .map(|t| measure(&engine, &mut runner, *t, &a))
         .collect::<Result<Vec<TestResult>>>()?;
+    if let Some(schema) = &schema {
+        for t in tests.iter().filter(|t| t.n_prompt == 0) {
+            let [free, json] = measure_loop(&engine, &mut *runner.backend, t.n_gen, schema, &a)?;
+            results.extend([free, json]);
+        }
+    }
 
     let peak_rss = membw::peak_rss_bytes();
     let bandwidth = if a.bw_mib > 0 && !on_gpu {
@@ -345,7 +365,87 @@ fn measure(
         n_prompt: spec.n_prompt,
         n_gen: spec.n_gen,
         samples_ns,
+        path: TestPath::Steps,
     })
+}
+
+/// `tgN+loop` and `tgN+json`: `n_gen` tokens from the first test token
+/// through the decode loop, without and with the schema, repetitions
+/// alternating.
+fn measure_loop(
+    engine: &Engine,
+    backend: &mut dyn Backend,
+    n_gen: usize,
+    schema: &SchemaChoice,
+    a: &BenchArgs,
+) -> Result<[TestResult; 2]> {
+    let prompt = test_tokens(engine, 1);
+    let structured = schema.for_tokens(n_gen);
+    let free = GenerateParams {
+        n_predict: n_gen as i64,
+        sampler: plain_greedy(),
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let mut lp = crate::lent::Loop::new(engine, backend)?;
+    let mut run = |constrained: bool| -> Result<(u64, f64)> {
+        let params = GenerateParams {
+            constraint: constrained
+                .then(|| structured.compile(engine))
+                .transpose()?,
+            ..free.clone()
+        };
+        let g = lp.generate(prompt.clone(), &params)?;
+        let s = &g.stats;
+        if s.generated_tokens != n_gen {
+            bail!(
+                "{}: generation stopped after {} of {n_gen} tokens ({:?}): give a schema \
+                 that cannot end before {n_gen} tokens",
+                test_name(0, n_gen),
+                s.generated_tokens,
+                s.stop
+            );
+        }
+        let ns = ((s.prompt_ms + s.generate_ms) * 1e6).round() as u64;
+        Ok((ns, s.constraint_ms))
+    };
+    if !a.no_warmup {
+        run(true)?;
+    }
+    let name = test_name(0, n_gen);
+    let (mut free_ns, mut json_ns, mut constraint_ms) = (Vec::new(), Vec::new(), 0.0);
+    for rep in 0..a.repetitions {
+        let (ns, _) = run(false)?;
+        free_ns.push(ns);
+        let (ns, ms) = run(true)?;
+        json_ns.push(ns);
+        constraint_ms += ms;
+        if a.progress {
+            eprintln!(
+                "kestrel bench: {name}+loop / {name}+json: run {}/{}: {:.2} / {:.2} t/s",
+                rep + 1,
+                a.repetitions,
+                stats::tokens_per_second(n_gen, free_ns[rep]),
+                stats::tokens_per_second(n_gen, ns)
+            );
+        }
+    }
+    let result = |samples_ns, path| TestResult {
+        n_prompt: 0,
+        n_gen,
+        samples_ns,
+        path,
+    };
+    let per_token = constraint_ms / (a.repetitions * n_gen) as f64;
+    Ok([
+        result(free_ns, TestPath::Loop),
+        result(
+            json_ns,
+            TestPath::Json {
+                constraint_ms_per_token: per_token,
+            },
+        ),
+    ])
 }
 
 /// `--bw-paired`'s rounds for one generation test (see [`Paired`]); the

@@ -6,10 +6,12 @@ mod bench;
 mod device;
 mod devices;
 mod inspect;
+mod lent;
 mod perplexity;
 mod profile;
 mod run;
 mod serve;
+mod structured;
 mod tokenize;
 
 use std::process::ExitCode;

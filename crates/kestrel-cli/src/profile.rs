@@ -9,6 +9,13 @@
 //! class (on the CPU with the model's own probes; on the GPU with
 //! timestamp queries, where the adapter has them). The timed prompt goes
 //! in passes of at most the device's `pass_rows` positions.
+//!
+//! With `-j`, the evidence that a constraint's mask costs the step little:
+//! `-n` tokens from one token through the decode loop (`kestrel_engine::Batch`,
+//! as `run` generates), unconstrained and then under the JSON schema, each
+//! with the classes timed, reported per token as the step (wall), the
+//! forward pass (the timed classes but sampling) and the host's time in
+//! the constraint, which runs while the next pass computes.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::Args;
 use kestrel_engine::backend::{Feed, SeqId, Want};
-use kestrel_engine::{Backend, BackendOptions, Device, Engine, Profile};
+use kestrel_engine::{Backend, BackendOptions, Device, Engine, GenerateParams, Profile};
 use kestrel_sampling::SamplerParams;
 
 #[derive(Args, Debug)]
@@ -36,6 +43,8 @@ pub struct ProfileArgs {
     #[command(flatten)]
     weights: crate::WeightArgs,
     #[command(flatten)]
+    schema: crate::structured::SchemaArgs,
+    #[command(flatten)]
     devices: crate::device::DeviceArgs,
 }
 
@@ -44,6 +53,7 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
         bail!("-p and -n must be at least 1");
     }
     let threads = crate::threads_arg(a.threads)?;
+    let schema = a.schema.read()?;
     let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
     let n_ctx = a.n_prompt + a.n_gen + 1;
     let train = engine.model.spec.hparams.n_ctx_train;
@@ -122,7 +132,97 @@ pub fn profile(a: ProfileArgs) -> Result<()> {
     if let Some((profile, wall)) = &decode {
         print_table(profile, *wall, a.n_gen);
     }
+    if let Some(schema) = schema {
+        let structured = schema.for_tokens(a.n_gen);
+        // Greedy, as the other runs choose; end tokens ignored so that both
+        // runs generate alike until the schema ends (if it does).
+        let free = GenerateParams {
+            n_predict: a.n_gen as i64,
+            sampler: SamplerParams {
+                temperature: 0.0,
+                ..SamplerParams::default()
+            },
+            ignore_eos: true,
+            ..GenerateParams::default()
+        };
+        let json = GenerateParams {
+            constraint: Some(structured.compile(&engine)?),
+            ..free.clone()
+        };
+        let timed = facts.timed;
+        let prompt = &tokens[..1];
+        let free = loop_run(&engine, &mut *p.backend, prompt, &free, timed)?;
+        let json = loop_run(&engine, &mut *p.backend, prompt, &json, timed)?;
+        println!();
+        println!(
+            "decode through the loop from one token, greedy (mean per token): \
+             unconstrained {} tokens, json schema {} tokens",
+            free.tokens, json.tokens
+        );
+        let forward = |r: &LoopRun| {
+            r.forward_ms.map_or_else(
+                || "forward pass not timed".to_string(),
+                |f| format!("forward pass {f:.3} ms"),
+            )
+        };
+        println!(
+            "unconstrained: step {:.3} ms, {}",
+            free.step_ms,
+            forward(&free)
+        );
+        println!(
+            "json schema:   step {:.3} ms, {}; constraint (host, overlapped): \
+             {:.3} ms/token of {:.3} ms/token step",
+            json.step_ms,
+            forward(&json),
+            json.constraint_ms,
+            json.step_ms
+        );
+    }
     Ok(())
+}
+
+/// One generation through the loop, per token: wall time, forward pass
+/// (where timed), and the host's time in the constraint.
+struct LoopRun {
+    tokens: usize,
+    step_ms: f64,
+    forward_ms: Option<f64>,
+    constraint_ms: f64,
+}
+
+fn loop_run(
+    engine: &Engine,
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    params: &GenerateParams,
+    timed: bool,
+) -> Result<LoopRun> {
+    backend.set_profiling(timed)?;
+    let g = crate::lent::Loop::new(engine, &mut *backend)?.generate(prompt.to_vec(), params)?;
+    let profile = if timed {
+        let p = backend.take_profile()?;
+        backend.set_profiling(false)?;
+        Some(p)
+    } else {
+        None
+    };
+    let s = &g.stats;
+    let n = s.generated_tokens.max(1) as f64;
+    Ok(LoopRun {
+        tokens: s.generated_tokens,
+        step_ms: (s.prompt_ms + s.generate_ms) / n,
+        forward_ms: profile.map(|p| {
+            let forward: Duration = p
+                .entries
+                .iter()
+                .filter(|e| e.class != "sampling")
+                .map(|e| e.time)
+                .sum();
+            ms(forward) / n
+        }),
+        constraint_ms: s.constraint_ms / n,
+    })
 }
 
 /// Which CPU kernels run, for the header.

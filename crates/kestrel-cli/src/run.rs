@@ -1,6 +1,7 @@
 //! `kestrel run`: one generation from a prompt, printed as it comes, on
 //! the CPU or the GPU: the request is the only sequence of a one-slot
-//! scheduler ([`kestrel_engine::Batch`]), the loop `serve` runs.
+//! scheduler ([`kestrel_engine::Batch`]), the loop `serve` runs; under a
+//! grammar or JSON schema when asked (`crate::structured`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -102,6 +103,8 @@ pub struct RunArgs {
     #[arg(long = "swa-full")]
     swa_full: bool,
     #[command(flatten)]
+    structured: crate::structured::GrammarArgs,
+    #[command(flatten)]
     devices: crate::device::DeviceArgs,
     #[command(flatten)]
     weights: WeightArgs,
@@ -134,7 +137,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         .iter()
         .map(|s| parse_logit_bias(s))
         .collect::<Result<Vec<_>>>()?;
+    let structured = a.structured.read()?;
     let engine = Engine::load_backed(&a.model, threads, a.weights.backing())?;
+    let constraint = structured.map(|s| s.compile(&engine)).transpose()?;
     let n_vocab = engine.tokenizer.vocab_size();
     if let Some(((id, _), text)) = logit_bias
         .iter()
@@ -185,7 +190,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         n_probs: a.n_probs,
         pipelined: !a.no_pipeline,
         swa_full: a.swa_full,
-        constraint: None,
+        constraint,
     };
     let device = a.devices.device();
     let opts = BackendOptions {

@@ -247,6 +247,56 @@ fn paired_rounds() {
     );
 }
 
+/// `-j`: each generation test gains `+loop` and `+json` rows (the loop
+/// unconstrained and under the built-in schema), the json row carries the
+/// constraint's host time and its ratio to the loop row, and the markdown
+/// says the ratio.
+#[test]
+fn constrained_rows() {
+    let text = stdout_ok(&bench_line("-p 0 -n 8 -r 2 -t 2 -o json --bw-mib 0 -j"));
+    let v: Value = serde_json::from_str(&text).expect("json output");
+    let tests = v.as_array().expect("an array of tests");
+    let names: Vec<&str> = tests.iter().map(|t| t["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tg8", "tg8+loop", "tg8+json"], "{text}");
+    let (tg, free, json) = (&tests[0], &tests[1], &tests[2]);
+    for t in tests {
+        assert_eq!(
+            (t["n_prompt"].as_u64(), t["n_gen"].as_u64()),
+            (Some(0), Some(8))
+        );
+        assert!(num(t, "avg_ts") > 0.0, "{t}");
+        assert_eq!(t["samples_ns"].as_array().unwrap().len(), 2, "{t}");
+    }
+    for t in [tg, free] {
+        assert!(t["constraint_ms_per_token"].is_null(), "{t}");
+        assert!(t["constrained_ratio"].is_null(), "{t}");
+    }
+    assert!(num(json, "constraint_ms_per_token") > 0.0, "{json}");
+    let ratio = num(json, "constrained_ratio");
+    let want = num(json, "avg_ts") / num(free, "avg_ts");
+    assert!((ratio - want).abs() <= 1e-9 * want, "{ratio} vs {want}");
+    // Two pairs: the median is the mean of their ratios.
+    let ts = |t: &Value, i: usize| t["samples_ts"][i].as_f64().unwrap();
+    let pairs = (ts(json, 0) / ts(free, 0) + ts(json, 1) / ts(free, 1)) / 2.0;
+    let pair = num(json, "constrained_pair_ratio");
+    assert!((pair - pairs).abs() <= 1e-9 * pairs, "{pair} vs {pairs}");
+
+    let md = stdout_ok(&bench_line(
+        "-p 0 -n 4 -r 1 -t 2 --bw-mib 0 --json-schema {\"type\":\"array\",\"minItems\":10}",
+    ));
+    assert!(md.contains("| tg4+loop |"), "{md}");
+    assert!(md.contains("| tg4+json |"), "{md}");
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("tg4+json: "))
+        .unwrap_or_else(|| panic!("no ratio line: {md}"));
+    assert!(
+        line.contains(" of tg4+loop's t/s (median of the run pairs: "),
+        "{md}"
+    );
+    assert!(line.ends_with(" ms/token on the host, overlapped with the forward pass"));
+}
+
 #[test]
 fn bad_flags() {
     expect_error(&bench(&["--bogus"]), "--bogus");
@@ -261,6 +311,16 @@ fn bad_flags() {
     );
     expect_error(&bench(&["--bw-paired", "1000000"]), "--bw-paired");
     expect_error(&bench(&["-p", "0", "-n", "0"]), "nothing to benchmark");
+    expect_error(&bench(&["-j", "{nope"]), "--json-schema: not JSON");
+    expect_error(
+        &bench(&["--json-schema-file", "/no/such/schema.json"]),
+        "/no/such/schema.json",
+    );
+    // A schema whose output ends before the test's tokens.
+    expect_error(
+        &bench_line("-p 0 -n 8 -r 1 -t 2 --bw-mib 0 -j {\"type\":\"boolean\"}"),
+        "stopped after",
+    );
     // SmolLM2 was trained on 8192 tokens.
     expect_error(&bench(&["-p", "100000", "-r", "1"]), "training context");
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))

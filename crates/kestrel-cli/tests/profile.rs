@@ -77,6 +77,38 @@ fn profile_reports_both_tables() {
     assert!(table(&text, "decode").iter().any(|r| r.0 == "sampling"));
 }
 
+/// `-j`: the constrained decode's line puts the constraint's host time per
+/// token beside the step's, both positive, after the unconstrained run's.
+#[test]
+fn constrained_decode_line() {
+    let out = profile(&["-p", "8", "-n", "8", "-t", "2", "-j"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("unconstrained 8 tokens, json schema 8 tokens"),
+        "{text}"
+    );
+    assert!(text.contains("\nunconstrained: step "), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("json schema: "))
+        .unwrap_or_else(|| panic!("no json schema line in:\n{text}"));
+    let (_, tail) = line
+        .split_once("constraint (host, overlapped): ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let (constraint, step) = tail
+        .strip_suffix(" ms/token step")
+        .and_then(|t| t.split_once(" ms/token of "))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (constraint, step): (f64, f64) = (constraint.parse().unwrap(), step.parse().unwrap());
+    assert!(constraint > 0.0 && step > constraint, "{line}");
+    assert!(line.contains(", forward pass "), "{line}");
+}
+
 #[test]
 fn bad_flags_are_errors() {
     for flags in [
@@ -85,6 +117,8 @@ fn bad_flags_are_errors() {
         &["-t", "5000"],
         &["-p", "999999"],
         &["--bogus"],
+        &["-j", "{nope"],
+        &["--json-schema-file", "/no/such/schema.json"],
     ] {
         let out = profile(flags);
         assert_eq!(out.status.code(), Some(1), "{flags:?}");

@@ -2,6 +2,8 @@
 //! table (plus bandwidth and RSS lines), and JSON / CSV records that carry the
 //! same fields with the raw samples. JSON is an array of one object per test,
 //! shaped like llama-bench's `-o json` so scripts can read both alike.
+//! Generation through the decode loop, unconstrained and under a JSON
+//! schema (`tgN+loop`, `tgN+json`), adds two rows and their ratio.
 
 use super::membw::Bandwidth;
 use super::stats::{mean, sample_stddev, tokens_per_second};
@@ -20,17 +22,35 @@ pub struct ModelInfo {
     pub decode_bytes: u64,
 }
 
-/// One test (`pp512` or `tg128`) and its timed repetitions.
+/// One test (`pp512`, `tg128`, `tg128+json`) and its timed repetitions.
 #[derive(Clone, Debug)]
 pub struct TestResult {
     pub n_prompt: usize,
     pub n_gen: usize,
     pub samples_ns: Vec<u64>,
+    pub path: TestPath,
+}
+
+/// How a test's tokens were computed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TestPath {
+    /// The backend's steps, fed directly (llama-bench's tests).
+    Steps,
+    /// Generated through the decode loop, as `run` generates.
+    Loop,
+    /// Through the loop under a JSON schema; the constraint's host time
+    /// per token (it overlaps the next forward pass).
+    Json { constraint_ms_per_token: f64 },
 }
 
 impl TestResult {
     pub fn name(&self) -> String {
-        test_name(self.n_prompt, self.n_gen)
+        let base = test_name(self.n_prompt, self.n_gen);
+        match self.path {
+            TestPath::Steps => base,
+            TestPath::Loop => format!("{base}+loop"),
+            TestPath::Json { .. } => format!("{base}+json"),
+        }
     }
 
     pub fn samples_ts(&self) -> Vec<f64> {
@@ -55,6 +75,15 @@ impl TestResult {
 
     fn is_decode(&self) -> bool {
         self.n_prompt == 0 && self.n_gen > 0
+    }
+
+    fn constraint_ms_per_token(&self) -> Option<f64> {
+        match self.path {
+            TestPath::Json {
+                constraint_ms_per_token,
+            } => Some(constraint_ms_per_token),
+            _ => None,
+        }
     }
 }
 
@@ -170,7 +199,38 @@ impl Report {
     fn paired_for(&self, t: &TestResult) -> Option<&Paired> {
         self.paired
             .iter()
-            .find(|p| t.is_decode() && p.n_gen == t.n_gen)
+            .find(|p| t.is_decode() && t.path == TestPath::Steps && p.n_gen == t.n_gen)
+    }
+
+    /// A constrained test's unconstrained twin (the same generation
+    /// through the same loop).
+    fn loop_twin(&self, t: &TestResult) -> Option<&TestResult> {
+        t.constraint_ms_per_token()?;
+        self.tests
+            .iter()
+            .find(|u| u.path == TestPath::Loop && u.n_gen == t.n_gen)
+    }
+
+    /// A constrained test's t/s over its twin's.
+    pub fn constrained_ratio(&self, t: &TestResult) -> Option<f64> {
+        let free = self.loop_twin(t)?;
+        (free.avg_ts() > 0.0).then(|| t.avg_ts() / free.avg_ts())
+    }
+
+    /// The median over the repetitions of a constrained run's t/s over the
+    /// twin's run just before it: each pair meets the same seconds of a
+    /// shared machine, which the means' ratio does not.
+    pub fn constrained_pair_ratio(&self, t: &TestResult) -> Option<f64> {
+        let free = self.loop_twin(t)?;
+        let mut r: Vec<f64> = t
+            .samples_ts()
+            .iter()
+            .zip(free.samples_ts())
+            .filter(|&(_, f)| f > 0.0)
+            .map(|(c, f)| c / f)
+            .collect();
+        r.sort_by(f64::total_cmp);
+        median(&r)
     }
 
     /// The fields of one test's record, in output order; JSON and CSV both use them.
@@ -211,6 +271,12 @@ impl Report {
             (
                 "decode_bw_paired_pcts",
                 paired.map_or(Null, |p| Floats(p.percents())),
+            ),
+            ("constraint_ms_per_token", opt(t.constraint_ms_per_token())),
+            ("constrained_ratio", opt(self.constrained_ratio(t))),
+            (
+                "constrained_pair_ratio",
+                opt(self.constrained_pair_ratio(t)),
             ),
             ("samples_ns", Ints(t.samples_ns.clone())),
             ("samples_ts", Floats(t.samples_ts())),
@@ -316,7 +382,23 @@ impl Report {
                 "memory read bandwidth: not measured (host memory; the tests ran on the GPU)\n",
             ),
         }
-        for t in self.tests.iter().filter(|t| t.is_decode()) {
+        for t in self.tests.iter() {
+            if let Some(ratio) = self.constrained_ratio(t) {
+                out.push_str(&format!(
+                    "{}: {ratio:.3} of {}+loop's t/s (median of the run pairs: {:.3}); the \
+                     constraint: {:.3} ms/token on the host, overlapped with the forward pass\n",
+                    t.name(),
+                    test_name(t.n_prompt, t.n_gen),
+                    self.constrained_pair_ratio(t).unwrap_or(ratio),
+                    t.constraint_ms_per_token().unwrap_or(0.0),
+                ));
+            }
+        }
+        for t in self
+            .tests
+            .iter()
+            .filter(|t| t.is_decode() && t.path == TestPath::Steps)
+        {
             let gbs = self.decode_gb_per_s(t).unwrap_or(0.0);
             out.push_str(&format!(
                 "{}: {} of weights per token x {:.2} t/s = {:.2} GB/s",
@@ -562,11 +644,13 @@ mod tests {
                     n_prompt: 512,
                     n_gen: 0,
                     samples_ns: vec![2_000_000_000, 1_000_000_000],
+                    path: TestPath::Steps,
                 },
                 TestResult {
                     n_prompt: 0,
                     n_gen: 128,
                     samples_ns: vec![1_000_000_000],
+                    path: TestPath::Steps,
                 },
             ],
             bandwidth: Some(Bandwidth {
@@ -660,6 +744,49 @@ mod tests {
             .median_percent(),
             None
         );
+    }
+
+    #[test]
+    fn constrained_rows_and_ratio() {
+        let mut r = report();
+        let row = |ns, path| TestResult {
+            n_prompt: 0,
+            n_gen: 128,
+            samples_ns: vec![ns],
+            path,
+        };
+        r.tests.push(row(1_000_000_000, TestPath::Loop));
+        r.tests.push(row(
+            1_250_000_000,
+            TestPath::Json {
+                constraint_ms_per_token: 0.25,
+            },
+        ));
+        assert_eq!(r.tests[2].name(), "tg128+loop");
+        assert_eq!(r.tests[3].name(), "tg128+json");
+        assert_eq!(r.constrained_ratio(&r.tests[3]), Some(0.8));
+        assert_eq!(r.constrained_ratio(&r.tests[2]), None);
+        let md = r.markdown();
+        assert!(md.contains("| tg128+json |   102.40 ± 0.00 |"), "{md}");
+        assert!(
+            md.contains(
+                "tg128+json: 0.800 of tg128+loop's t/s (median of the run pairs: 0.800); \
+                 the constraint: 0.250 ms/token on the host, overlapped with the forward \
+                 pass\n"
+            ),
+            "{md}"
+        );
+        // The bandwidth line stays the steps' test's alone.
+        assert_eq!(md.matches("of weights per token").count(), 1, "{md}");
+        let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert_eq!(v[3]["constraint_ms_per_token"], 0.25);
+        assert_eq!(v[3]["constrained_ratio"], 0.8);
+        assert_eq!(v[3]["constrained_pair_ratio"], 0.8);
+        assert!(v[2]["constrained_ratio"].is_null());
+        // Every table line has the same width in characters.
+        let lines: Vec<&str> = md.lines().take(6).collect();
+        let w = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == w), "{md}");
     }
 
     #[test]
