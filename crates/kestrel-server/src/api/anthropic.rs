@@ -10,7 +10,7 @@ use kestrel_engine::{Generation, StopReason};
 use serde_json::{json, Value};
 
 use super::answer::{predicted, Answer};
-use super::fields::{field, get_str, wrong, Obj};
+use super::fields::{field, get_str, required_str_at as required, str_at as text, wrong, Obj};
 use super::generate::generate;
 use super::parse::Source;
 use super::tools::{self, Block, ToolStream};
@@ -208,20 +208,6 @@ fn text_blocks<'a>(at: &str, blocks: &'a [Value]) -> Result<Vec<&'a str>, ApiErr
             }
         })
         .collect()
-}
-
-/// A string field of a block (`at` names the block).
-fn text<'a>(o: &'a Obj, at: &str, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match field(o, name) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(wrong(&format!("{at}.{name}"), "a string", v)),
-    }
-}
-
-/// A string field a block must have.
-fn required<'a>(o: &'a Obj, at: &str, name: &str) -> Result<&'a str, ApiError> {
-    text(o, at, name)?.ok_or_else(|| ApiError::bad_request(format!("{at} has no '{name}'")))
 }
 
 /// A message's content blocks as chat turns: an assistant's text and

@@ -43,6 +43,20 @@ pub(crate) fn wrong(name: &str, want: &str, got: &Value) -> ApiError {
     ApiError::bad_request(format!("'{name}' must be {want}, got {}", kind(got)))
 }
 
+/// A string field of a nested object (`at` names that object in errors).
+pub(crate) fn str_at<'a>(o: &'a Obj, at: &str, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match field(o, name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(wrong(&format!("{at}.{name}"), "a string", v)),
+    }
+}
+
+/// A string field a nested object must have.
+pub(crate) fn required_str_at<'a>(o: &'a Obj, at: &str, name: &str) -> Result<&'a str, ApiError> {
+    str_at(o, at, name)?.ok_or_else(|| ApiError::bad_request(format!("{at} has no '{name}'")))
+}
+
 /// A present, non-null field.
 pub(crate) fn field<'a>(o: &'a Obj, name: &str) -> Option<&'a Value> {
     o.get(name).filter(|v| !v.is_null())

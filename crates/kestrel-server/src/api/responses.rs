@@ -10,7 +10,9 @@ use kestrel_engine::Generation;
 use serde_json::{json, Value};
 
 use super::answer::{finish_reason, predicted, timings, Answer};
-use super::fields::{field, get_bool, get_int, get_str, wrong, Obj};
+use super::fields::{
+    field, get_bool, get_int, get_str, required_str_at as required, str_at as text, wrong, Obj,
+};
 use super::generate::generate;
 use super::parse::Source;
 use super::tools::{self, Block};
@@ -147,20 +149,6 @@ fn chat_tool_choice(choice: &Value) -> Result<Value, ApiError> {
         ))),
         None => Err(ApiError::bad_request("'tool_choice' has no 'type'")),
     }
-}
-
-/// A string field of an item (`at` names the item).
-fn text<'a>(o: &'a Obj, at: &str, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match field(o, name) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(wrong(&format!("{at}.{name}"), "a string", v)),
-    }
-}
-
-/// A string field an item must have.
-fn required<'a>(o: &'a Obj, at: &str, name: &str) -> Result<&'a str, ApiError> {
-    text(o, at, name)?.ok_or_else(|| ApiError::bad_request(format!("{at} has no '{name}'")))
 }
 
 /// One `input` item as the chat turns it adds to: a message, a function
