@@ -180,7 +180,8 @@ def main():
                     for seed in range(1, args.seeds + 1):
                         status, body = server.post("/completion", {
                             "prompt": prompt, "grammar": text_g, "n_predict": args.n_predict,
-                            "seed": seed, "temperature": args.temperature})
+                            "seed": seed, "temperature": args.temperature,
+                            "cache_prompt": args.cache_prompt})
                         verdict, why, text = judge(name, grammar, status, body)
                         counts[verdict] += 1
                         if verdict != "pass":

@@ -79,7 +79,13 @@ def judge(status, body, validator):
     except (KeyError, IndexError, TypeError):
         return False, "malformed answer", json.dumps(body)[:300], 0
     if finish != "stop":
-        return False, f"finish_reason {finish!r} (cut before the object closed?)", text, tokens
+        why = f"finish_reason {finish!r}"
+        # The usual way a constrained answer overruns: the schema's grammar
+        # lets whitespace go on, and a small model takes it.
+        tail = len(text) - len(text.rstrip())
+        if tail >= 20:
+            why += f", ending in {tail} whitespace characters"
+        return False, why, text, tokens
     try:
         value = json.loads(text)
     except ValueError as e:
@@ -105,7 +111,8 @@ def run_one(server, args, name, schema, seed):
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": name.split("_", 1)[-1], "schema": schema, "strict": True}}}
         validator = jsonschema.Draft202012Validator(schema)
-    body.update({"seed": seed, "temperature": args.temperature, "max_tokens": args.max_tokens})
+    body.update({"seed": seed, "temperature": args.temperature, "max_tokens": args.max_tokens,
+                 "cache_prompt": args.cache_prompt})
     status, answer = server.post("/v1/chat/completions", body)
     ok, why, text, tokens = judge(status, answer, validator)
     label = name if schema is not None else "json_object: " + name

@@ -42,6 +42,11 @@ def add_server_args(ap):
     ap.add_argument("--device", help="passed to `kestrel serve --device` (e.g. gpu)")
     ap.add_argument("-np", "--parallel", type=int, default=4,
                     help="server slots, and requests in flight at once (default 4)")
+    # Off by default: a reused prompt prefix can change the sampled tokens
+    # (seen with the server built with response_format), and an acceptance
+    # run's counts should not depend on which request a slot served before.
+    ap.add_argument("--cache-prompt", action="store_true",
+                    help="let requests reuse cached prompt prefixes (default: cache_prompt false)")
 
 
 class Server:
