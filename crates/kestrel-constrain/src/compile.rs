@@ -51,7 +51,15 @@ pub struct Compiler {
 pub struct Grammar {
     parser: TokenParser,
     vocab: Arc<Vocabulary>,
+    /// JSON: the longest run of digits a matcher lets through.
+    digit_cap: Option<usize>,
 }
+
+/// The most digits in a row JSON output may hold, as llama.cpp's schema
+/// grammars bound a number's integer and fraction parts (16 each):
+/// llguidance's number lexeme has no bound, and Gemma-3 at temperature 0.8
+/// wrote fractions of hundreds of digits until the token limit.
+const JSON_DIGIT_CAP: usize = 16;
 
 /// The limits compiling and masking run under: llguidance's defaults, whose
 /// fuel bounds bound both a compile and each mask (an explosive lexer runs
@@ -112,6 +120,8 @@ impl Compiler {
         let grammar = Grammar {
             parser,
             vocab: self.vocab.clone(),
+            digit_cap: matches!(spec, Spec::JsonSchema(_) | Spec::JsonObject)
+                .then_some(JSON_DIGIT_CAP),
         };
         // The first mask: also warms the shared lexer for the matchers.
         let mut probe = grammar.parser.clone();
@@ -135,7 +145,7 @@ impl Grammar {
 
     /// A fresh matcher at the start of the output.
     pub fn matcher(&self) -> Matcher {
-        Matcher::new(self.inner_matcher(), self.vocab.clone())
+        Matcher::new(self.inner_matcher(), self.vocab.clone(), self.digit_cap)
     }
 
     fn inner_matcher(&self) -> llguidance::Matcher {

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use llguidance::toktrie::SimpleVob;
+
 use crate::{ConstraintError, TokenMask, Vocabulary};
 
 /// What the next token may be.
@@ -24,14 +26,42 @@ pub struct Matcher {
     /// End-of-generation tokens accepted after llguidance had stopped (it
     /// takes no tokens then), so that rollback can count them.
     eog_after_stop: usize,
+    /// The longest run of digits let through (JSON), and the run of digits
+    /// the text ends in after each accepted token (popped on rollback).
+    digit_cap: Option<usize>,
+    digit_runs: Vec<usize>,
 }
 
 impl Matcher {
-    pub(crate) fn new(inner: llguidance::Matcher, vocab: Arc<Vocabulary>) -> Matcher {
+    pub(crate) fn new(
+        inner: llguidance::Matcher,
+        vocab: Arc<Vocabulary>,
+        digit_cap: Option<usize>,
+    ) -> Matcher {
         Matcher {
             inner,
             vocab,
             eog_after_stop: 0,
+            digit_cap,
+            digit_runs: Vec::new(),
+        }
+    }
+
+    /// The mask without the tokens that would run the digits past the cap,
+    /// unless that leaves nothing (then the grammar's own mask holds).
+    fn capped(&self, mut bits: SimpleVob) -> SimpleVob {
+        let run = self.digit_runs.last().copied().unwrap_or(0);
+        if self.digit_cap.is_none_or(|cap| run < cap) {
+            return bits;
+        }
+        let full = bits.clone();
+        for &t in self.vocab.digit_leading() {
+            bits.disallow_token(t);
+        }
+        if bits.is_zero() {
+            full
+        } else {
+            bits
         }
     }
 
@@ -58,6 +88,7 @@ impl Matcher {
             return Ok(Next::End);
         }
         let bits = self.inner.compute_mask().map_err(|_| self.failed())?;
+        let bits = self.capped(bits);
         let mask = TokenMask::new(bits, self.vocab.n_vocab());
         let (first, second) = {
             let mut text_tokens = mask.iter().filter(|&t| !self.is_eog(t));
@@ -101,7 +132,20 @@ impl Matcher {
                 return Err(ConstraintError::NotAllowed { token });
             }
         }
-        self.inner.consume_token(token).map_err(|_| self.failed())
+        self.inner.consume_token(token).map_err(|_| self.failed())?;
+        let bytes = self.vocab.token_bytes(token);
+        let tail = bytes
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let run = if tail == bytes.len() && !bytes.is_empty() {
+            self.digit_runs.last().copied().unwrap_or(0) + tail
+        } else {
+            tail
+        };
+        self.digit_runs.push(run);
+        Ok(())
     }
 
     /// The tokens the constraint forces from here on (fast-forward), not
@@ -119,6 +163,8 @@ impl Matcher {
     pub fn rollback(&mut self, n: usize) -> Result<(), ConstraintError> {
         let after_stop = n.min(self.eog_after_stop);
         self.eog_after_stop -= after_stop;
+        let kept = self.digit_runs.len().saturating_sub(n - after_stop);
+        self.digit_runs.truncate(kept);
         self.inner
             .rollback(n - after_stop)
             .map_err(|e| ConstraintError::Matcher(e.to_string()))

@@ -22,6 +22,8 @@ pub struct Vocabulary {
     env: TokEnv,
     eog: Vec<u32>,
     canonical: bool,
+    /// Tokens whose text starts with an ASCII digit (made on first use).
+    digit_leading: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// How forced bytes become tokens: with the model's own tokenizer when the
@@ -100,6 +102,7 @@ impl Vocabulary {
             env,
             eog,
             canonical,
+            digit_leading: std::sync::OnceLock::new(),
         }))
     }
 
@@ -117,6 +120,15 @@ impl Vocabulary {
     /// fast-forwarded).
     pub fn fast_forwards(&self) -> bool {
         self.canonical
+    }
+
+    /// The tokens whose text starts with an ASCII digit.
+    pub(crate) fn digit_leading(&self) -> &[u32] {
+        self.digit_leading.get_or_init(|| {
+            (0..self.n_vocab() as u32)
+                .filter(|&t| self.token_bytes(t).first().is_some_and(u8::is_ascii_digit))
+                .collect()
+        })
     }
 
     /// The bytes a token stands for in the trie (special tokens: 0xFF first;

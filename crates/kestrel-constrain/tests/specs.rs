@@ -298,3 +298,43 @@ fn grammars_serve_many_matchers_across_threads() {
         h.join().unwrap();
     }
 }
+
+#[test]
+fn json_digit_runs_stop_at_sixteen() {
+    // A number whose digits the model would run on forever: after 16
+    // digits in a row only non-digit tokens are allowed.
+    for model in models() {
+        let g = compile(
+            model,
+            &Spec::JsonSchema(serde_json::json!({"type": "number"})),
+        );
+        let mut m = g.matcher();
+        let one = model.tok.encode("1", false, false)[0];
+        let mut run = 0;
+        loop {
+            match m.next().unwrap() {
+                Next::Allowed(mask) if mask.allows(one) => {
+                    m.accept(one).unwrap();
+                    run += 1;
+                }
+                Next::Allowed(mask) => {
+                    assert!(mask.iter().all(|t| !model
+                        .vocab
+                        .token_bytes(t)
+                        .first()
+                        .is_some_and(u8::is_ascii_digit)));
+                    break;
+                }
+                other => panic!("{}: {other:?}", model.name),
+            }
+            assert!(run <= 16, "{}: {run} digits", model.name);
+        }
+        assert_eq!(run, 16, "{}", model.name);
+        // Rolled back below the cap, digits are allowed again.
+        m.rollback(1).unwrap();
+        match m.next().unwrap() {
+            Next::Allowed(mask) => assert!(mask.allows(one)),
+            other => panic!("{other:?}"),
+        }
+    }
+}
