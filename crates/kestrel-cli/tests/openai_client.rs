@@ -178,13 +178,14 @@ fn openai_python_client() {
 }
 
 /// Tool calls with the package against Qwen2.5-Coder (a template with tool
-/// support): 50 seeds of `tool_choice: "required"`, streamed vs whole,
+/// support): 20 seeds of `tool_choice: "required"` (the script takes 50
+/// with `--seeds 50`), streamed vs whole,
 /// `auto`, a second turn.
 #[test]
 fn openai_python_client_tool_calls() {
     require_packages();
     let server = start(model("qwen2.5-coder-0.5b-q4_k_m.gguf"), "2048");
-    run_script(&server, TOOLS_SCRIPT, &["--seeds", "50"]);
+    run_script(&server, TOOLS_SCRIPT, &["--seeds", "20"]);
 }
 
 /// Runs a client script against `server`; fails with its output and the
